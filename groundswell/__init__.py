@@ -1,0 +1,71 @@
+"""Groundswell: plugin-based orchestration of LLM agents, with one event tree per run."""
+
+from __future__ import annotations
+
+import importlib.metadata as _metadata
+
+from .cache import Cache
+from .context import Frame, current_frame, current_node, current_tree, record_event
+from .errors import (
+    ConfigurationError,
+    ExtractionError,
+    GroundswellError,
+    MaxTurnsExceeded,
+    ModelAPIError,
+    PluginError,
+    ResponseValidationError,
+    StepTimeout,
+    TokenBudgetExceeded,
+    ToolError,
+    WorkflowError,
+)
+from .events import Event, Sink, SinkHub
+from .hookspecs import CacheBackend, EventSink, ReflectionStrategy, ToolProvider, hookimpl
+from .plugins import PluginInfo, PluginManager, get_plugin_manager
+from .tree import EventNode, EventTree, NodeStatus, NodeType
+from .workflow import Workflow, WorkflowContext, WorkflowResult, workflow
+
+try:
+    __version__ = _metadata.version("groundswell")
+except _metadata.PackageNotFoundError:  # running from a source tree that was never installed
+    __version__ = "0.0.0"
+
+__all__ = [
+    "Cache",
+    "CacheBackend",
+    "ConfigurationError",
+    "Event",
+    "EventNode",
+    "EventSink",
+    "EventTree",
+    "ExtractionError",
+    "Frame",
+    "GroundswellError",
+    "MaxTurnsExceeded",
+    "ModelAPIError",
+    "NodeStatus",
+    "NodeType",
+    "PluginError",
+    "PluginInfo",
+    "PluginManager",
+    "ReflectionStrategy",
+    "ResponseValidationError",
+    "Sink",
+    "SinkHub",
+    "StepTimeout",
+    "TokenBudgetExceeded",
+    "ToolError",
+    "ToolProvider",
+    "Workflow",
+    "WorkflowContext",
+    "WorkflowError",
+    "WorkflowResult",
+    "__version__",
+    "current_frame",
+    "current_node",
+    "current_tree",
+    "get_plugin_manager",
+    "hookimpl",
+    "record_event",
+    "workflow",
+]

@@ -1,0 +1,112 @@
+"""JSON-safe snapshots of user values, with secrets redacted.
+
+Everything the tree records (payloads, state snapshots, errors) passes through
+:func:`jsonable`, so a tree always serializes and never holds a secret.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import datetime as dt
+import decimal
+import enum
+import threading
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, SecretBytes, SecretStr
+
+REDACTED = "**********"
+MAX_STRING = 10_000
+MAX_ITEMS = 1_000
+MAX_DEPTH = 32
+
+_secrets: set[str] = set()
+_secrets_lock = threading.Lock()
+
+
+def register_secret(value: str) -> None:
+    """Scrub ``value`` from every string the tree records from now on (API keys, env values)."""
+    # Very short values would redact ordinary words; they are not secrets worth hiding.
+    if isinstance(value, str) and len(value) >= 6:
+        with _secrets_lock:
+            _secrets.add(value)
+
+
+def scrub(text: str) -> str:
+    """Replace every registered secret inside ``text`` with the redaction marker."""
+    if not _secrets:
+        return text
+    for secret in tuple(_secrets):
+        if secret in text:
+            text = text.replace(secret, REDACTED)
+    return text
+
+
+def _truncate(text: str) -> str:
+    text = scrub(text)
+    if len(text) > MAX_STRING:
+        return f"{text[:MAX_STRING]}…[truncated {len(text) - MAX_STRING} chars]"
+    return text
+
+
+def jsonable(value: Any, _depth: int = 0) -> Any:
+    """Return a JSON-safe copy of ``value``: secrets redacted, long strings truncated.
+
+    Pydantic models and dataclasses become dicts, sets become sorted lists, bytes
+    become base64, datetimes ISO 8601 strings; anything else becomes its ``repr``.
+    """
+    if value is None or isinstance(value, bool | int):
+        return value
+    if isinstance(value, float):
+        # JSON has no NaN/Infinity; keep the value readable instead of failing.
+        return (
+            value if value == value and value not in (float("inf"), float("-inf")) else repr(value)
+        )
+    if isinstance(value, str):
+        return _truncate(value)
+    if isinstance(value, SecretStr | SecretBytes):
+        return REDACTED
+    if _depth >= MAX_DEPTH:
+        return "…[too deep]"
+    if isinstance(value, enum.Enum):
+        return jsonable(value.value, _depth + 1)
+    if isinstance(value, Mapping):
+        out: dict[str, Any] = {}
+        for i, (k, v) in enumerate(value.items()):
+            if i >= MAX_ITEMS:
+                out["…"] = f"[{len(value) - MAX_ITEMS} more items]"
+                break
+            out[k if isinstance(k, str) else str(jsonable(k, _depth + 1))] = jsonable(v, _depth + 1)
+        return out
+    if isinstance(value, list | tuple | set | frozenset):
+        items = list(value)
+        if isinstance(value, set | frozenset):
+            items.sort(key=repr)
+        result = [jsonable(v, _depth + 1) for v in items[:MAX_ITEMS]]
+        if len(items) > MAX_ITEMS:
+            result.append(f"…[{len(items) - MAX_ITEMS} more items]")
+        return result
+    if isinstance(value, BaseModel):
+        # Walk the model's fields ourselves so SecretStr fields are redacted, not dumped.
+        return jsonable(dict(value), _depth + 1)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return jsonable(
+            {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}, _depth + 1
+        )
+    if isinstance(value, dt.datetime | dt.date | dt.time):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal | uuid.UUID):
+        return str(value)
+    if isinstance(value, bytes | bytearray):
+        return base64.b64encode(bytes(value[:MAX_STRING])).decode("ascii")
+    if isinstance(value, BaseException):
+        return error_record(value)
+    return _truncate(repr(value))
+
+
+def error_record(exc: BaseException) -> dict[str, Any]:
+    """The JSON-safe record of an exception kept on a failed node."""
+    return {"type": type(exc).__qualname__, "message": _truncate(str(exc))}

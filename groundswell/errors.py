@@ -1,0 +1,114 @@
+"""Exceptions raised by Groundswell.
+
+Every error a user can catch derives from :class:`GroundswellError`::
+
+    GroundswellError
+    ├── ConfigurationError          bad arguments or settings; fix the call
+    ├── ModelAPIError               the Anthropic API answered with an error
+    ├── ResponseValidationError     the model's reply did not fit the response_format
+    ├── ToolError                   a tool could not be defined or run
+    ├── MaxTurnsExceeded            the agent loop hit max_turns
+    ├── WorkflowError               a workflow run failed (also carries the tree)
+    │   └── StepTimeout             a step ran past its timeout (also a TimeoutError)
+    ├── TokenBudgetExceeded         a request would not fit the token budget
+    ├── ExtractionError             a required Extract rule found nothing
+    └── PluginError                 a plugin failed to load, register or run
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .workflow import WorkflowResult
+
+__all__ = [
+    "ConfigurationError",
+    "ExtractionError",
+    "GroundswellError",
+    "MaxTurnsExceeded",
+    "ModelAPIError",
+    "PluginError",
+    "ResponseValidationError",
+    "StepTimeout",
+    "TokenBudgetExceeded",
+    "ToolError",
+    "WorkflowError",
+]
+
+
+class GroundswellError(Exception):
+    """Root of every exception Groundswell raises on purpose."""
+
+
+class ConfigurationError(GroundswellError, ValueError):
+    """An argument or setting is invalid; the message says which and how to fix it."""
+
+
+class ModelAPIError(GroundswellError):
+    """The Anthropic API returned an error; the SDK's exception is ``__cause__``."""
+
+    def __init__(self, message: str, *, status_code: int | None = None) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+
+
+class ResponseValidationError(GroundswellError):
+    """The model's output could not be parsed or validated against ``response_format``."""
+
+    def __init__(self, message: str, *, raw: str, errors: list[dict[str, Any]]) -> None:
+        super().__init__(message)
+        self.raw = raw
+        self.errors = errors
+
+
+class ToolError(GroundswellError):
+    """A tool could not be built from its definition, or could not be run."""
+
+
+class MaxTurnsExceeded(GroundswellError):
+    """The agent loop used every allowed model turn without finishing."""
+
+
+class WorkflowError(GroundswellError):
+    """A workflow run failed.
+
+    ``node_path`` names the failing node from the root (``"review/judge"``),
+    ``result`` is the failed run's :class:`~groundswell.WorkflowResult` with the
+    full tree, and ``__cause__`` is the original exception.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        node_path: str = "",
+        result: WorkflowResult[Any] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.node_path = node_path
+        self.result = result
+
+
+class StepTimeout(WorkflowError, TimeoutError):
+    """A step ran longer than its ``timeout``; its node is marked ``cancelled``."""
+
+
+class TokenBudgetExceeded(GroundswellError):
+    """A request would exceed its token budget; ``breakdown`` counts tokens per part."""
+
+    def __init__(self, message: str, *, breakdown: dict[str, int] | None = None) -> None:
+        super().__init__(message)
+        self.breakdown = breakdown or {}
+
+
+class ExtractionError(GroundswellError):
+    """A required :class:`~groundswell.Extract` rule matched nothing in the output."""
+
+
+class PluginError(GroundswellError):
+    """A plugin failed to import, register, or run one of its hooks."""
+
+    def __init__(self, message: str, *, plugin: str | None = None) -> None:
+        super().__init__(message)
+        self.plugin = plugin

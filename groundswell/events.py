@@ -1,0 +1,183 @@
+"""Events and their delivery to event sinks.
+
+Each sink gets its own bounded queue and worker thread, so a sink that raises
+or blocks never breaks or stalls a run: its errors are counted and reported
+once, and when its queue is full further events for it are dropped and counted.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from .tree import EventNode
+
+__all__ = ["Event", "EventKind", "Sink", "SinkHub"]
+
+logger = logging.getLogger("groundswell.sinks")
+
+EventKind = Literal["node_start", "node_end", "node_event"]
+
+# Enough for a burst of ~5,000 steps while a sink catches up; beyond that the
+# sink is too slow to keep up and dropping beats unbounded memory.
+QUEUE_SIZE = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """A change to the tree: ``kind`` says what, ``data`` is a JSON-safe snapshot.
+
+    ``node`` is the live node (it keeps changing after the event); ``data`` is
+    what was true when the event happened: the full node record for
+    ``node_start``, ``{"id", "status", "ended_at", "metrics", "payload",
+    "error"}`` for ``node_end``, and ``{"id", "event"}`` for ``node_event``.
+    """
+
+    kind: EventKind
+    node: EventNode
+    data: dict[str, Any]
+
+    def to_record(self) -> dict[str, Any]:
+        """The JSONL log line for this event: ``{"kind": ..., "data": ...}``."""
+        return {"kind": self.kind, "data": self.data}
+
+
+@runtime_checkable
+class Sink(Protocol):
+    """What an event sink's factory returns."""
+
+    def handle(self, event: Event) -> None:
+        """Take one event; keep it quick and do slow work elsewhere."""
+
+    def close(self) -> None:
+        """Flush and release resources; called once at shutdown."""
+
+
+class _Stop:
+    pass
+
+
+_STOP = _Stop()
+
+
+class _SinkWorker:
+    def __init__(self, name: str, sink: Sink) -> None:
+        self.name = name
+        self.sink = sink
+        self.delivered = 0
+        self.errors = 0
+        self.dropped = 0
+        self._reported_error = False
+        self._reported_drop = False
+        self._queue: queue.Queue[Event | _Stop] = queue.Queue(QUEUE_SIZE)
+        self._thread = threading.Thread(
+            target=self._run, name=f"groundswell-sink-{name}", daemon=True
+        )
+        self._thread.start()
+
+    def put(self, event: Event) -> None:
+        try:
+            self._queue.put_nowait(event)
+        except queue.Full:
+            self.dropped += 1
+            if not self._reported_drop:
+                self._reported_drop = True
+                logger.warning(
+                    "event sink %r is not keeping up; dropping events for it "
+                    "(the run goes on; see SinkHub.stats())",
+                    self.name,
+                )
+
+    def _run(self) -> None:
+        while True:
+            event = self._queue.get()
+            try:
+                if isinstance(event, _Stop):
+                    return
+                self.sink.handle(event)
+                self.delivered += 1
+            except Exception as exc:  # a sink must never reach the run
+                self.errors += 1
+                if not self._reported_error:
+                    self._reported_error = True
+                    logger.warning(
+                        "event sink %r raised %s: %s (reported once; the run goes on)",
+                        self.name,
+                        type(exc).__name__,
+                        exc,
+                    )
+            finally:
+                self._queue.task_done()
+
+    def flush(self, deadline: float) -> bool:
+        q = self._queue
+        with q.all_tasks_done:
+            while q.unfinished_tasks:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                q.all_tasks_done.wait(remaining)
+        return True
+
+    def close(self, deadline: float) -> None:
+        self.flush(deadline)
+        with contextlib.suppress(queue.Full):  # a stuck worker is a daemon; exit anyway
+            self._queue.put_nowait(_STOP)
+        self._thread.join(max(0.0, deadline - time.monotonic()))
+        try:
+            self.sink.close()
+        except Exception as exc:
+            logger.warning("event sink %r failed to close: %s", self.name, exc)
+
+
+class SinkHub:
+    """Delivers every event to every sink, each in isolation."""
+
+    def __init__(self, sinks: dict[str, Sink] | None = None) -> None:
+        self._workers: list[_SinkWorker] = []
+        self._lock = threading.Lock()
+        for name, sink in (sinks or {}).items():
+            self.add(name, sink)
+        atexit.register(self.close)
+
+    def __bool__(self) -> bool:
+        return bool(self._workers)
+
+    def add(self, name: str, sink: Sink) -> None:
+        """Start delivering events to ``sink`` under ``name``."""
+        if not callable(getattr(sink, "handle", None)):
+            raise TypeError(f"event sink {name!r} has no handle(event) method")
+        with self._lock:
+            self._workers = [*self._workers, _SinkWorker(name, sink)]
+
+    def dispatch(self, event: Event) -> None:
+        """Queue ``event`` for every sink; never blocks, never raises."""
+        for worker in self._workers:
+            worker.put(event)
+
+    def flush(self, timeout: float = 5.0) -> bool:
+        """Wait until every sink has handled its queued events; False on timeout."""
+        deadline = time.monotonic() + timeout
+        return all(w.flush(deadline) for w in self._workers)
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Flush, stop the workers and close every sink (also run at interpreter exit)."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            workers, self._workers = self._workers, []
+        for worker in workers:
+            worker.close(deadline)
+
+    def stats(self) -> dict[str, dict[str, int]]:
+        """Per sink: events delivered, errors raised, events dropped."""
+        return {
+            w.name: {"delivered": w.delivered, "errors": w.errors, "dropped": w.dropped}
+            for w in self._workers
+        }

@@ -1,0 +1,89 @@
+"""The plugin contract: hook specifications and the records hooks return.
+
+A plugin is any object or module with functions marked ``@hookimpl`` whose
+names match the specs below. Each ``register_*`` hook takes no arguments and
+returns one record or an iterable of records. A record is cheap: a unique
+``name`` and a lazy ``factory`` that is called only when the thing is used, so
+loading plugins stays fast.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, TypeAlias
+
+import pluggy
+
+__all__ = [
+    "CacheBackend",
+    "EventSink",
+    "HookResult",
+    "ReflectionStrategy",
+    "ToolProvider",
+    "hookimpl",
+    "hookspec",
+]
+
+PROJECT = "groundswell"
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+@dataclass(frozen=True, slots=True)
+class _Record:
+    name: str
+    factory: Callable[..., Any]
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        kind = type(self).__name__
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise TypeError(f"{kind}.name must be a non-empty string, got {self.name!r}")
+        if not callable(self.factory):
+            raise TypeError(
+                f"{kind} {self.name!r}: factory must be callable, got {type(self.factory).__name__}"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class CacheBackend(_Record):
+    """A cache backend: ``factory(**options)`` returns a :class:`~groundswell.Cache`."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReflectionStrategy(_Record):
+    """A reflection strategy: ``factory(**options)`` returns the strategy object."""
+
+
+@dataclass(frozen=True, slots=True)
+class EventSink(_Record):
+    """An event sink: ``factory()`` returns an object with ``handle(event)`` and ``close()``."""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolProvider(_Record):
+    """A named toolset: ``factory(**options)`` returns the tools an agent gets for that name."""
+
+
+HookResult: TypeAlias = "_Record | Iterable[_Record] | None"
+
+
+@hookspec
+def register_cache_backends() -> HookResult:
+    """Return the :class:`CacheBackend` records this plugin adds."""
+
+
+@hookspec
+def register_reflection_strategies() -> HookResult:
+    """Return the :class:`ReflectionStrategy` records this plugin adds."""
+
+
+@hookspec
+def register_event_sinks() -> HookResult:
+    """Return the :class:`EventSink` records this plugin adds."""
+
+
+@hookspec
+def register_tool_providers() -> HookResult:
+    """Return the :class:`ToolProvider` records this plugin adds."""

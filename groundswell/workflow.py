@@ -1,0 +1,327 @@
+"""Workflows and steps: ``@workflow``, ``Workflow.run``, ``WorkflowContext.step``.
+
+A workflow is an async function taking a :class:`WorkflowContext` first. Each
+run is a ``workflow`` node; each ``ctx.step`` a ``step`` node under whatever is
+current when it starts. A run inside another run mounts under the current node
+of the outer one, so nesting needs no plumbing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import inspect
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, cast, overload
+
+from ._serialize import jsonable
+from .context import Frame, _frame, new_run_tree
+from .errors import ConfigurationError, StepTimeout, WorkflowError
+from .tree import EventNode, EventTree, NodeStatus, NodeType
+
+__all__ = ["Workflow", "WorkflowContext", "WorkflowResult", "workflow"]
+
+P = ParamSpec("P")
+T = TypeVar("T")
+R = TypeVar("R")
+
+_PATH_ATTR = "_groundswell_node_path"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowResult(Generic[T]):
+    """The outcome of :meth:`Workflow.run`.
+
+    ``tree`` is the tree the run is mounted in (for a nested run, the outer
+    run's tree) and ``node`` is the run's own workflow node. ``duration`` is in
+    seconds.
+    """
+
+    output: T | None
+    status: NodeStatus
+    tree: EventTree
+    node: EventNode
+    duration: float
+    state: dict[str, Any] = field(default_factory=dict)
+    error: BaseException | None = None
+
+    @property
+    def workflow_id(self) -> str:
+        """The id of the run's workflow node."""
+        return self.node.id
+
+
+def _mark_failure(exc: BaseException, tree: EventTree, node: EventNode) -> None:
+    # Remember the deepest node an exception failed, so the WorkflowError raised
+    # at the top names where it really happened.
+    if isinstance(exc, WorkflowError) and exc.node_path:
+        return
+    if getattr(exc, _PATH_ATTR, None) is None:
+        with contextlib.suppress(AttributeError, TypeError):  # exceptions without a __dict__
+            setattr(exc, _PATH_ATTR, tree.path(node.id))
+
+
+def _failure_path(exc: BaseException) -> str | None:
+    if isinstance(exc, WorkflowError) and exc.node_path:
+        return exc.node_path
+    path = getattr(exc, _PATH_ATTR, None)
+    return path if isinstance(path, str) else None
+
+
+def _end_failed(tree: EventTree, node: EventNode, exc: BaseException) -> None:
+    if isinstance(exc, asyncio.CancelledError):
+        tree.end_node(node, NodeStatus.CANCELLED)
+    else:
+        _mark_failure(exc, tree, node)
+        tree.end_node(node, NodeStatus.FAILED, error=exc)
+
+
+async def _call(name: str, fn: Any) -> Any:
+    if inspect.iscoroutinefunction(fn):
+        return await fn()
+    if inspect.isawaitable(fn):
+        return await fn
+    if not callable(fn):
+        raise ConfigurationError(
+            f"step {name!r}: expected a callable or an awaitable, got {type(fn).__name__}"
+        )
+    # Sync callables run in a worker thread so blocking code never stalls other
+    # branches; to_thread copies the context, so anything they start still mounts here.
+    try:
+        result = await asyncio.to_thread(fn)
+    except RuntimeError as exc:
+        if "event loop" in str(exc):
+            raise ConfigurationError(
+                f"step {name!r}: its callable needs the running event loop ({exc}), but sync "
+                "callables run in a worker thread; make it an `async def` instead"
+            ) from exc
+        raise
+    if inspect.isawaitable(result):
+        return await result
+    return result
+
+
+class WorkflowContext:
+    """What a workflow function gets as ``ctx``: steps, state, spawning, its node and tree."""
+
+    __slots__ = ("_tree", "node", "parent_workflow_id", "state", "workflow")
+
+    def __init__(
+        self,
+        workflow: Workflow[Any, Any],
+        tree: EventTree,
+        node: EventNode,
+        parent_workflow_id: str | None,
+    ) -> None:
+        self.workflow = workflow
+        self._tree = tree
+        self.node = node
+        self.parent_workflow_id = parent_workflow_id
+        self.state: dict[str, Any] = {}
+
+    @property
+    def workflow_id(self) -> str:
+        """The id of this run's workflow node."""
+        return self.node.id
+
+    @property
+    def event_tree(self) -> EventTree:
+        """The tree this run is mounted in."""
+        return self._tree
+
+    @overload
+    async def step(
+        self, name: str, fn: Callable[[], Awaitable[R]], *, timeout: float | None = None
+    ) -> R: ...
+    @overload
+    async def step(self, name: str, fn: Awaitable[R], *, timeout: float | None = None) -> R: ...
+    @overload
+    async def step(self, name: str, fn: Callable[[], R], *, timeout: float | None = None) -> R: ...
+
+    async def step(self, name: str, fn: Any, *, timeout: float | None = None) -> Any:
+        """Run ``fn`` as a step named ``name`` and return its result.
+
+        ``fn`` is an async callable, an awaitable, or a sync callable (run in a
+        worker thread; an awaitable it returns is then awaited). Everything it
+        starts mounts under the step's node. With ``timeout`` (seconds) the step
+        is cancelled when it runs over and :class:`StepTimeout` is raised.
+        Exceptions propagate unchanged; the node records them as ``failed``.
+        """
+        if not isinstance(name, str) or not name:
+            raise ConfigurationError(f"step name must be a non-empty string, got {name!r}")
+        if timeout is not None and (not isinstance(timeout, int | float) or timeout <= 0):
+            raise ConfigurationError(f"step {name!r}: timeout must be seconds > 0, got {timeout!r}")
+        tree = self._tree
+        frame = _frame.get()
+        # Mount under what is running now (a step inside a step nests), unless the
+        # context was carried somewhere foreign, in which case use the workflow node.
+        parent = frame.node if frame is not None and frame.tree is tree else self.node
+        node = tree.start_node(NodeType.STEP, name, parent)
+        token = _frame.set(Frame(tree, node, self))
+        try:
+            if timeout is None:
+                result = await _call(name, fn)
+            else:
+                timer = asyncio.timeout(timeout)
+                try:
+                    async with timer:
+                        result = await _call(name, fn)
+                except TimeoutError as exc:
+                    if not timer.expired():
+                        raise
+                    tree.end_node(node, NodeStatus.CANCELLED, error=exc)
+                    raise StepTimeout(
+                        f"step {name!r} timed out after {timeout}s",
+                        node_path=tree.path(node.id),
+                    ) from exc
+        except StepTimeout as exc:
+            if node.ended_at is None:  # a nested step's timeout: this step failed with it
+                _end_failed(tree, node, exc)
+            raise
+        except BaseException as exc:
+            _end_failed(tree, node, exc)
+            raise
+        else:
+            tree.end_node(node, NodeStatus.COMPLETED, output=result, record_output=True)
+            return result
+        finally:
+            _frame.reset(token)
+
+    async def spawn_workflow(self, wf: Workflow[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+        """Run ``wf`` as a child of the current node and return its output.
+
+        Raises :class:`WorkflowError` (naming the failing node) if the child fails.
+        """
+        if not isinstance(wf, Workflow):
+            raise ConfigurationError(
+                f"spawn_workflow() needs a Workflow, got {type(wf).__name__}; "
+                "decorate the function with @workflow or wrap it in Workflow(fn)"
+            )
+        result = await wf.run(*args, **kwargs)
+        return cast("R", result.output)
+
+    def snapshot_state(self) -> dict[str, Any]:
+        """A deep copy of ``state``, also recorded as a ``state_snapshot`` event.
+
+        Secrets (``pydantic.SecretStr``/``SecretBytes``) are redacted in the event.
+        """
+        snapshot = copy.deepcopy(self.state)
+        frame = _frame.get()
+        node = frame.node if frame is not None and frame.tree is self._tree else self.node
+        self._tree.add_event(node, "state_snapshot", workflow_id=self.workflow_id, state=snapshot)
+        return snapshot
+
+    def __repr__(self) -> str:
+        return f"WorkflowContext(workflow={self.workflow.name!r}, id={self.workflow_id})"
+
+
+class Workflow(Generic[P, T]):
+    """A named, reusable workflow around an async ``executor(ctx, *args, **kwargs)``."""
+
+    def __init__(
+        self,
+        executor: Callable[Concatenate[WorkflowContext, P], Awaitable[T]],
+        name: str | None = None,
+    ) -> None:
+        if not inspect.iscoroutinefunction(executor):
+            raise ConfigurationError(
+                f"a workflow needs an `async def` taking ctx first, got {executor!r}"
+            )
+        self.executor = executor
+        self.name: str = name or str(getattr(executor, "__name__", "workflow"))
+        self.__doc__ = executor.__doc__
+
+    async def run(self, *args: P.args, **kwargs: P.kwargs) -> WorkflowResult[T]:
+        """Run the workflow and return its :class:`WorkflowResult`.
+
+        Mounts under the current node when called inside another run. On failure
+        raises :class:`WorkflowError` (``.node_path``, ``.result`` with the whole
+        tree, the original exception as ``__cause__``); cancellation propagates.
+        """
+        outer = _frame.get()
+        if outer is None:
+            tree, parent, parent_wf = new_run_tree(), None, None
+        else:
+            tree, parent = outer.tree, outer.node
+            parent_wf = outer.workflow.workflow_id if outer.workflow is not None else None
+        payload: dict[str, Any] = {}
+        if args or kwargs:
+            payload["input"] = jsonable({"args": args, "kwargs": kwargs})
+        node = tree.start_node(NodeType.WORKFLOW, self.name, parent, payload=payload)
+        ctx = WorkflowContext(self, tree, node, parent_wf)
+        token = _frame.set(Frame(tree, node, ctx))
+        started = time.perf_counter()
+        try:
+            output = await self.executor(ctx, *args, **kwargs)
+        except BaseException as exc:
+            self._record_state(node, ctx)
+            _end_failed(tree, node, exc)
+            if not isinstance(exc, Exception):  # cancellation, KeyboardInterrupt, SystemExit
+                raise
+            result: WorkflowResult[T] = WorkflowResult(
+                output=None,
+                status=NodeStatus.FAILED,
+                tree=tree,
+                node=node,
+                duration=time.perf_counter() - started,
+                state=ctx.state,
+                error=exc,
+            )
+            raise _workflow_error(self.name, exc, result) from _root_cause(exc)
+        finally:
+            _frame.reset(token)
+        self._record_state(node, ctx)
+        tree.end_node(node, NodeStatus.COMPLETED, output=output, record_output=True)
+        return WorkflowResult(
+            output=output,
+            status=NodeStatus.COMPLETED,
+            tree=tree,
+            node=node,
+            duration=time.perf_counter() - started,
+            state=ctx.state,
+        )
+
+    @staticmethod
+    def _record_state(node: EventNode, ctx: WorkflowContext) -> None:
+        if ctx.state:
+            node.payload["state"] = jsonable(ctx.state)
+
+    def __repr__(self) -> str:
+        return f"Workflow({self.name!r})"
+
+
+def _root_cause(exc: BaseException) -> BaseException:
+    # A failed nested run arrives as a WorkflowError; its cause is the real error.
+    if isinstance(exc, WorkflowError) and exc.result is not None and exc.__cause__ is not None:
+        return exc.__cause__
+    return exc
+
+
+def _workflow_error(name: str, exc: BaseException, result: WorkflowResult[Any]) -> WorkflowError:
+    cause = _root_cause(exc)
+    path = _failure_path(exc) or result.tree.path(result.node.id)
+    cls = StepTimeout if isinstance(exc, StepTimeout) else WorkflowError
+    message = f"workflow {name!r} failed at {path}: {type(cause).__name__}: {cause}"
+    return cls(message, node_path=path, result=result)
+
+
+@overload
+def workflow(fn: Callable[Concatenate[WorkflowContext, P], Awaitable[T]], /) -> Workflow[P, T]: ...
+@overload
+def workflow(
+    *, name: str | None = None
+) -> Callable[[Callable[Concatenate[WorkflowContext, P], Awaitable[T]]], Workflow[P, T]]: ...
+
+
+def workflow(fn: Any = None, /, *, name: str | None = None) -> Any:
+    """Make a :class:`Workflow` from an async function: ``@workflow`` or ``@workflow(name=...)``."""
+    if fn is not None:
+        return Workflow(fn, name=name)
+
+    def decorate(f: Callable[Concatenate[WorkflowContext, P], Awaitable[T]]) -> Workflow[P, T]:
+        return Workflow(f, name=name)
+
+    return decorate

@@ -1,0 +1,60 @@
+"""Every chore in one place: ``nox -s tests lint typing examples docs bench``."""
+
+from __future__ import annotations
+
+import glob
+
+import nox
+
+nox.options.default_venv_backend = "venv"
+nox.options.sessions = ["tests", "lint", "typing", "examples"]
+nox.options.reuse_existing_virtualenvs = True
+
+PYTHONS = ["3.11", "3.12", "3.13"]
+
+
+@nox.session(python=PYTHONS)
+def tests(session: nox.Session) -> None:
+    """Run the test suite (args go to pytest)."""
+    session.install("-e", ".[dev]")
+    session.run("pytest", *session.posargs)
+
+
+@nox.session(python="3.11")
+def lint(session: nox.Session) -> None:
+    """Ruff lint and format check."""
+    session.install("ruff")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session(python="3.11")
+def typing(session: nox.Session) -> None:
+    """mypy --strict on the kernel."""
+    session.install("-e", ".[dev]")
+    session.run("mypy")
+
+
+@nox.session(python="3.11")
+def examples(session: nox.Session) -> None:
+    """Run every example script (offline unless ANTHROPIC_API_KEY is set)."""
+    session.install("-e", ".")
+    for path in sorted(glob.glob("examples/[0-9][0-9]_*.py")):
+        session.run("python", path)
+
+
+@nox.session(python="3.11")
+def docs(session: nox.Session) -> None:
+    """Build the documentation site with warnings as errors."""
+    session.install("-e", ".[docs]")
+    session.run("mkdocs", "build", "--strict", "--site-dir", "site")
+
+
+@nox.session(python="3.11")
+def bench(session: nox.Session) -> None:
+    """Run the benchmarks; results go to benchmarks/results/*.json."""
+    session.install("-e", ".")
+    # Benchmarks measure the kernel alone; installed plugins would skew them.
+    env = {"GROUNDSWELL_LOAD_PLUGINS": ""}
+    for path in sorted(glob.glob("benchmarks/bench_*.py")):
+        session.run("python", path, "--output", "benchmarks/results", env=env)

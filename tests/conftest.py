@@ -1,0 +1,91 @@
+"""Shared fixtures. Plugin errors raise in this suite unless a test turns that off."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("GROUNDSWELL_STRICT_PLUGINS", "1")
+
+import importlib
+import sys
+import textwrap
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+import groundswell
+from groundswell import Event, EventSink, hookimpl
+
+
+class RecordingSink:
+    """An event sink that keeps every event it is given."""
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+        self.closed = False
+        self._lock = threading.Lock()
+
+    def handle(self, event: Event) -> None:
+        with self._lock:
+            self.events.append(event)
+
+    def close(self) -> None:
+        self.closed = True
+
+    def kinds(self) -> list[str]:
+        return [e.kind for e in self.events]
+
+
+@pytest.fixture
+def add_sink() -> Iterator[Callable[..., str]]:
+    """Register a sink (by a real plugin object) on the process manager for one test."""
+    manager = groundswell.get_plugin_manager()
+    names: list[str] = []
+
+    def add(sink: object, name: str = "test-sink") -> str:
+        class Plugin:
+            @hookimpl
+            def register_event_sinks(self) -> EventSink:
+                return EventSink(name=name, factory=lambda: sink)
+
+        names.append(manager.register(Plugin(), name=f"plugin-{name}"))
+        return name
+
+    yield add
+    for name in names:
+        manager.unregister(name)
+
+
+@pytest.fixture
+def recording_sink(add_sink: Callable[..., str]) -> RecordingSink:
+    sink = RecordingSink()
+    add_sink(sink, "recording")
+    return sink
+
+
+@pytest.fixture
+def make_distribution(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., None]:
+    """Install a tiny distribution (module + dist-info) onto sys.path for this test."""
+    site = tmp_path / "site"
+    site.mkdir()
+    monkeypatch.syspath_prepend(str(site))
+    created: list[str] = []
+
+    def make(
+        dist: str, version: str, entry_points: dict[str, str], modules: dict[str, str]
+    ) -> None:
+        for module, source in modules.items():
+            (site / f"{module}.py").write_text(textwrap.dedent(source))
+            created.append(module)
+        info = site / f"{dist.replace('-', '_')}-{version}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
+        lines = "\n".join(f"{k} = {v}" for k, v in entry_points.items())
+        (info / "entry_points.txt").write_text(f"[groundswell]\n{lines}\n")
+        importlib.invalidate_caches()
+
+    yield make  # type: ignore[misc]
+    for module in created:
+        sys.modules.pop(module, None)

@@ -1,0 +1,153 @@
+"""One test per hook family, and a meta-test keeping tests and docs complete."""
+
+from __future__ import annotations
+
+import inspect
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import groundswell
+from groundswell import (
+    Cache,
+    CacheBackend,
+    EventSink,
+    PluginManager,
+    ReflectionStrategy,
+    ToolProvider,
+    WorkflowContext,
+    hookimpl,
+    hookspecs,
+    workflow,
+)
+
+from .conftest import RecordingSink
+
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "plugin-hooks.md"
+
+
+def hook_names() -> list[str]:
+    return sorted(
+        name
+        for name, fn in vars(hookspecs).items()
+        if callable(fn) and hasattr(fn, "groundswell_spec")
+    )
+
+
+class DictCache:
+    def __init__(self) -> None:
+        self.data: dict[str, Any] = {}
+
+    async def get(self, key: str) -> Any | None:
+        return self.data.get(key)
+
+    async def set(self, key: str, value: Any, ttl: float | None = None) -> None:
+        self.data[key] = value
+
+    async def bust(self, key: str) -> bool:
+        return self.data.pop(key, None) is not None
+
+    async def bust_prefix(self, prefix: str) -> int:
+        keys = [k for k in self.data if k.startswith(prefix)]
+        for k in keys:
+            del self.data[k]
+        return len(keys)
+
+    def metrics(self) -> dict[str, Any]:
+        return {"size": len(self.data)}
+
+
+async def test_hook_register_cache_backends() -> None:
+    class Plugin:
+        @hookimpl
+        def register_cache_backends(self) -> CacheBackend:
+            return CacheBackend(name="dict", factory=DictCache)
+
+    manager = PluginManager()
+    manager.register(Plugin(), name="dict-plugin")
+    cache = manager.cache_backends()["dict"].factory()
+    assert isinstance(cache, Cache)
+    await cache.set("ns:1", "v")
+    assert await cache.get("ns:1") == "v"
+    assert await cache.bust_prefix("ns:") == 1
+
+
+def test_hook_register_reflection_strategies() -> None:
+    built: list[str] = []
+
+    def factory(**options: Any) -> str:
+        built.append("strategy")
+        return "strategy"
+
+    class Plugin:
+        @hookimpl
+        def register_reflection_strategies(self) -> list[ReflectionStrategy]:
+            return [ReflectionStrategy(name="retry-once", factory=factory, description="d")]
+
+    manager = PluginManager()
+    manager.register(Plugin(), name="reflect-plugin")
+    records = manager.reflection_strategies()
+    assert built == []  # collecting records never builds the strategy
+    assert records["retry-once"].description == "d"
+    assert records["retry-once"].factory() == "strategy" and built == ["strategy"]
+
+
+async def test_hook_register_event_sinks() -> None:
+    sink = RecordingSink()
+
+    class Plugin:
+        @hookimpl
+        def register_event_sinks(self) -> EventSink:
+            return EventSink(name="rec-hook", factory=lambda: sink)
+
+    manager = groundswell.get_plugin_manager()
+    manager.register(Plugin(), name="rec-hook-plugin")
+    try:
+
+        @workflow
+        async def flow(ctx: WorkflowContext) -> None:
+            await ctx.step("only", lambda: None)
+
+        await flow.run()
+        assert manager.sink_hub().flush()
+    finally:
+        manager.unregister("rec-hook-plugin")
+    assert sink.kinds() == ["node_start", "node_start", "node_end", "node_end"]
+    assert sink.closed  # unregistering the plugin closes its sink
+
+
+def test_hook_register_tool_providers() -> None:
+    class Plugin:
+        @hookimpl
+        def register_tool_providers(self) -> tuple[ToolProvider, ...]:
+            return (
+                ToolProvider(name="math", factory=lambda: ["add", "mul"]),
+                ToolProvider(name="text", factory=lambda: ["upper"]),
+            )
+
+    manager = PluginManager()
+    manager.register(Plugin(), name="tools-plugin")
+    providers = manager.tool_providers()
+    assert sorted(providers) == ["math", "text"]
+    assert providers["math"].factory() == ["add", "mul"]
+
+
+def test_every_hook_has_a_test_and_a_documented_signature() -> None:
+    names = hook_names()
+    assert names == [
+        "register_cache_backends",
+        "register_event_sinks",
+        "register_reflection_strategies",
+        "register_tool_providers",
+    ]
+    module = sys.modules[__name__]
+    docs = DOCS.read_text()
+    headings = re.findall(r"^## `(\w+)\((.*?)\) -> (.+?)`$", docs, flags=re.M)
+    documented = {name: (args, ret) for name, args, ret in headings}
+    for name in names:
+        assert inspect.isfunction(getattr(module, f"test_hook_{name}", None)), name
+        assert name in documented, f"docs/plugin-hooks.md has no heading for {name}"
+        spec = inspect.signature(getattr(hookspecs, name))
+        assert documented[name][0] == ", ".join(spec.parameters), name
+    assert set(documented) == set(names), "docs list a hook that does not exist"

@@ -1,0 +1,86 @@
+"""The bundled LRU cache backend, loaded by name like any plugin's backend."""
+
+from __future__ import annotations
+
+import pytest
+from groundswell_lru import LRUCache
+
+import groundswell
+from groundswell import Cache
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def make(**options: object) -> LRUCache:
+    cache = groundswell.get_plugin_manager().cache_backends()["lru"].factory(**options)
+    assert isinstance(cache, LRUCache) and isinstance(cache, Cache)
+    return cache
+
+
+async def test_get_set_hit_and_miss_counts() -> None:
+    cache = make()
+    assert await cache.get("a:1") is None
+    await cache.set("a:1", {"answer": 42})
+    assert await cache.get("a:1") == {"answer": 42}
+    m = cache.metrics()
+    assert (m["hits"], m["misses"], m["size"], m["backend"]) == (1, 1, 1, "lru")
+    assert m["bytes"] == len('{"answer":42}')
+
+
+async def test_evicts_least_recently_used_by_count() -> None:
+    cache = make(max_items=2)
+    await cache.set("k1", 1)
+    await cache.set("k2", 2)
+    await cache.get("k1")  # k2 is now the least recently used
+    await cache.set("k3", 3)
+    assert await cache.get("k2") is None
+    assert await cache.get("k1") == 1 and await cache.get("k3") == 3
+    assert cache.metrics()["evictions"] == 1
+
+
+async def test_evicts_by_bytes() -> None:
+    cache = make(max_bytes=25)
+    await cache.set("a", "x" * 10)  # 12 bytes as JSON
+    await cache.set("b", "y" * 10)  # 24 bytes in all
+    await cache.set("c", "z" * 10)  # 36 > 25: the oldest goes
+    assert await cache.get("a") is None
+    assert await cache.get("b") is not None and await cache.get("c") is not None
+    assert cache.metrics()["evictions"] == 1 and cache.metrics()["bytes"] <= 25
+    await cache.set("huge", "h" * 100)  # larger than the cache: not stored, nothing evicted
+    assert await cache.get("huge") is None and cache.metrics()["size"] == 2
+
+
+async def test_ttl_expiry_with_a_controllable_clock() -> None:
+    clock = Clock()
+    cache = make(ttl=60, timer=clock)
+    await cache.set("default", 1)
+    await cache.set("short", 2, ttl=5)
+    clock.now += 6
+    assert await cache.get("short") is None
+    assert await cache.get("default") == 1
+    clock.now += 60
+    assert await cache.get("default") is None
+    assert cache.metrics()["size"] == 0 and cache.metrics()["evictions"] == 0
+
+
+async def test_bust_and_bust_prefix() -> None:
+    cache = make()
+    for key in ["judge:1", "judge:2", "writer:1"]:
+        await cache.set(key, key)
+    assert await cache.bust("judge:1") is True
+    assert await cache.bust("judge:1") is False
+    await cache.set("judge:3", 3)
+    assert await cache.bust_prefix("judge:") == 2
+    assert await cache.get("writer:1") == "writer:1"
+    assert cache.metrics()["size"] == 1
+
+
+def test_invalid_limits_are_clear_errors() -> None:
+    with pytest.raises(ValueError, match="max_items >= 1"):
+        LRUCache(max_items=0)

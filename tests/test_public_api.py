@@ -1,0 +1,79 @@
+"""The public surface: __all__ is complete and sorted; the kernel never imports plugins."""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import groundswell
+
+ROOT = Path(__file__).resolve().parent.parent
+KERNEL = ROOT / "groundswell"
+BUNDLED = {p.name for p in (ROOT / "plugins").iterdir() if (p / "__init__.py").exists()}
+
+
+def test_all_is_sorted_and_names_every_public_object() -> None:
+    assert groundswell.__all__ == sorted(groundswell.__all__)
+    public = {
+        name
+        for name, value in vars(groundswell).items()
+        if not name.startswith("_") and not isinstance(value, types.ModuleType)
+    }
+    public.discard("annotations")
+    assert public | {"__version__"} == set(groundswell.__all__)
+    for name in groundswell.__all__:
+        assert hasattr(groundswell, name), name
+
+
+def test_every_public_name_has_a_docstring() -> None:
+    for name in groundswell.__all__:
+        obj = getattr(groundswell, name)
+        if callable(obj):
+            assert (obj.__doc__ or "").strip(), f"{name} has no docstring"
+
+
+def test_kernel_source_never_imports_a_bundled_plugin() -> None:
+    assert "groundswell_lru" in BUNDLED
+    offenders = []
+    for path in KERNEL.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module]
+            offenders += [f"{path.name}: {n}" for n in names if n.split(".")[0] in BUNDLED]
+    assert offenders == []
+
+
+def test_running_a_workflow_with_plugins_off_imports_no_plugin() -> None:
+    code = (
+        "import asyncio, sys, groundswell\n"
+        "@groundswell.workflow\n"
+        "async def w(ctx):\n"
+        "    return await ctx.step('s', lambda: 1)\n"
+        "assert asyncio.run(w.run()).output == 1\n"
+        f"print(sorted(m for m in sys.modules if m.split('.')[0] in {sorted(BUNDLED)!r}))\n"
+    )
+    env = {**os.environ, "GROUNDSWELL_LOAD_PLUGINS": ""}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "[]"
+
+
+def test_kernel_imports_only_its_allowed_dependencies() -> None:
+    allowed = {"anthropic", "pydantic", "pluggy", "mcp", "groundswell"}
+    third_party = set()
+    stdlib = set(sys.stdlib_module_names)
+    for path in KERNEL.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                third_party |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                third_party.add(node.module.split(".")[0])
+    assert third_party - stdlib - allowed - {"__future__"} == set()

@@ -1,0 +1,161 @@
+"""Event sinks: every event reaches every sink; a raising or slow sink never hurts a run."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+
+import groundswell
+from groundswell import Event, EventTree, WorkflowContext, workflow
+from groundswell.events import QUEUE_SIZE, SinkHub
+
+from .conftest import RecordingSink
+
+
+@workflow(name="observed")
+async def observed(ctx: WorkflowContext) -> int:
+    await ctx.step("a", lambda: 1)
+    ctx.snapshot_state()
+    with contextlib.suppress(ZeroDivisionError):
+        await ctx.step("b", lambda: 1 / 0)
+    return 2
+
+
+async def test_every_node_start_end_and_event_reaches_the_sink(
+    recording_sink: RecordingSink,
+) -> None:
+    result = await observed.run()
+    assert groundswell.get_plugin_manager().sink_hub().flush()
+    kinds = recording_sink.kinds()
+    assert kinds.count("node_start") == 3 and kinds.count("node_end") == 3
+    assert kinds.count("node_event") == 1
+    # Snapshots, not live nodes: the first event still says "running".
+    first = recording_sink.events[0]
+    assert first.kind == "node_start" and first.data["status"] == "running"
+    assert first.node is result.node
+    # The events alone rebuild the same tree.
+    rebuilt = EventTree.replay(e.to_record() for e in recording_sink.events)
+    assert rebuilt == result.tree
+
+
+async def test_two_sinks_both_receive_everything(add_sink: Callable[..., str]) -> None:
+    one, two = RecordingSink(), RecordingSink()
+    add_sink(one, "one")
+    add_sink(two, "two")
+    await observed.run()
+    assert groundswell.get_plugin_manager().sink_hub().flush()
+    assert len(one.events) == len(two.events) == 7
+
+
+class RaisingSink:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def handle(self, event: Event) -> None:
+        self.calls += 1
+        raise RuntimeError("sink is broken")
+
+    def close(self) -> None:
+        pass
+
+
+async def test_raising_sink_never_breaks_the_run_and_is_reported_once(
+    add_sink: Callable[..., str], caplog: pytest.LogCaptureFixture
+) -> None:
+    bad, good = RaisingSink(), RecordingSink()
+    add_sink(bad, "bad")
+    add_sink(good, "good")
+    with caplog.at_level(logging.WARNING, "groundswell.sinks"):
+        result = await observed.run()
+        hub = groundswell.get_plugin_manager().sink_hub()
+        assert hub.flush()
+    assert result.output == 2
+    assert bad.calls == 7 and len(good.events) == 7
+    assert hub.stats()["bad"] == {"delivered": 0, "errors": 7, "dropped": 0}
+    assert caplog.text.count("sink is broken") == 1
+
+
+class BlockingSink:
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.handled = 0
+
+    def handle(self, event: Event) -> None:
+        self.release.wait(10)
+        self.handled += 1
+
+    def close(self) -> None:
+        self.release.set()
+
+
+async def test_blocked_sink_never_stalls_the_run(add_sink: Callable[..., str]) -> None:
+    slow = BlockingSink()
+    add_sink(slow, "slow")
+
+    @workflow
+    async def many(ctx: WorkflowContext) -> int:
+        for i in range(200):
+            await ctx.step(f"s{i}", asyncio.sleep(0))
+        return 1
+
+    started = time.perf_counter()
+    result = await many.run()
+    elapsed = time.perf_counter() - started
+    assert result.output == 1
+    assert elapsed < 5, "the run waited for a blocked sink"
+    assert slow.handled == 0
+    slow.release.set()
+    assert groundswell.get_plugin_manager().sink_hub().flush(timeout=10)
+    assert slow.handled == 402
+
+
+def test_full_queue_drops_and_counts_instead_of_blocking(caplog: pytest.LogCaptureFixture) -> None:
+    slow = BlockingSink()
+    hub = SinkHub({"slow": slow})
+    tree = EventTree()
+    node = tree.start_node("workflow", "w")
+    event = Event("node_event", node, {"id": node.id, "event": {}})
+    with caplog.at_level(logging.WARNING, "groundswell.sinks"):
+        for _ in range(QUEUE_SIZE + 50):
+            hub.dispatch(event)
+    dropped = hub.stats()["slow"]["dropped"]
+    assert 49 <= dropped <= 50  # the worker may already hold one event
+    assert caplog.text.count("not keeping up") == 1
+    slow.release.set()
+    hub.close()
+
+
+def test_sink_factory_failure_is_reported(
+    monkeypatch: pytest.MonkeyPatch, add_sink: Callable[..., str]
+) -> None:
+    monkeypatch.setenv("GROUNDSWELL_STRICT_PLUGINS", "0")
+    manager = groundswell.get_plugin_manager()
+
+    class BadFactory:
+        @groundswell.hookimpl
+        def register_event_sinks(self) -> groundswell.EventSink:
+            def factory() -> object:
+                raise OSError("trace dir is read-only")
+
+            return groundswell.EventSink(name="unstartable", factory=factory)
+
+    manager.register(BadFactory(), name="bad-factory")
+    try:
+        hub = manager.sink_hub()
+        assert "unstartable" not in hub.stats()
+        assert "trace dir is read-only" in manager.errors["bad-factory"][0]
+    finally:
+        manager.unregister("bad-factory")
+
+
+def test_close_closes_every_sink() -> None:
+    sink = RecordingSink()
+    hub = SinkHub({"rec": sink})
+    hub.close()
+    assert sink.closed and not hub

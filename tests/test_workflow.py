@@ -1,0 +1,439 @@
+"""Workflows and steps: mounting, concurrency, statuses, failures, timeouts, cancellation."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+from pydantic import BaseModel, SecretStr
+
+import groundswell
+from groundswell import (
+    ConfigurationError,
+    NodeStatus,
+    NodeType,
+    StepTimeout,
+    Workflow,
+    WorkflowContext,
+    WorkflowError,
+    workflow,
+)
+
+
+def shape(node: groundswell.EventNode) -> Any:
+    """(type:name, [children...]) for comparing tree shapes."""
+    return (f"{node.type.value}:{node.name}", [shape(c) for c in node.children])
+
+
+async def test_steps_accept_async_sync_and_awaitables_and_record_outputs() -> None:
+    async def fetch() -> int:
+        return 2
+
+    @workflow(name="mixed")
+    async def mixed(ctx: WorkflowContext, base: int) -> int:
+        a = await ctx.step("async-fn", fetch)
+        b = await ctx.step("lambda-coro", lambda: fetch())
+        c = await ctx.step("sync", lambda: base * 10)
+        d = await ctx.step("awaitable", asyncio.sleep(0, 5))
+        return a + b + c + d
+
+    result = await mixed.run(3)
+    assert result.output == 2 + 2 + 30 + 5
+    assert result.status is NodeStatus.COMPLETED and result.status == "completed"
+    assert result.duration > 0
+    root = result.tree.root
+    assert root is result.node and root.payload["input"] == {"args": [3], "kwargs": {}}
+    assert [c.payload["output"] for c in root.children] == [2, 2, 30, 5]
+    assert all(c.status is NodeStatus.COMPLETED for c in result.tree.walk())
+    assert root.payload["output"] == 39
+
+
+async def test_sync_steps_run_in_a_worker_thread_and_still_mount() -> None:
+    seen: dict[str, Any] = {}
+
+    def blocking() -> str:
+        seen["thread"] = threading.current_thread().name
+        seen["node"] = groundswell.current_node()
+        return "ok"
+
+    @workflow
+    async def flow(ctx: WorkflowContext) -> str:
+        return await ctx.step("blocking", blocking)
+
+    result = await flow.run()
+    assert seen["thread"] != threading.main_thread().name
+    assert seen["node"] is result.node.children[0]
+
+
+async def test_sync_step_needing_the_event_loop_gets_a_clear_error() -> None:
+    @workflow
+    async def flow(ctx: WorkflowContext) -> Any:
+        # e.g. a lambda around asyncio.gather/create_task: needs the loop, gets a thread.
+        return await ctx.step("needs-loop", lambda: asyncio.get_running_loop().create_future())
+
+    with pytest.raises(WorkflowError) as info:
+        await flow.run()
+    assert isinstance(info.value.__cause__, ConfigurationError)
+    assert "make it an `async def`" in str(info.value.__cause__)
+
+
+async def test_nested_workflow_mounts_under_the_calling_step() -> None:
+    @workflow(name="child")
+    async def child(ctx: WorkflowContext, x: int) -> int:
+        return await ctx.step("double", lambda: x * 2)
+
+    @workflow(name="parent")
+    async def parent(ctx: WorkflowContext) -> int:
+        r = await ctx.step("call-child", lambda: child.run(4))
+        spawned = await ctx.spawn_workflow(child, 5)
+        return r.output + spawned
+
+    result = await parent.run()
+    assert result.output == 18
+    assert shape(result.tree.root) == (
+        "workflow:parent",
+        [
+            ("step:call-child", [("workflow:child", [("step:double", [])])]),
+            ("workflow:child", [("step:double", [])]),
+        ],
+    )
+    call_step = result.tree.root.children[0]
+    child_node = call_step.children[0]
+    assert child_node.parent_id == call_step.id
+
+
+async def test_nested_run_result_and_workflow_ids() -> None:
+    ids: dict[str, Any] = {}
+
+    @workflow
+    async def inner(ctx: WorkflowContext) -> None:
+        ids["inner"] = (ctx.workflow_id, ctx.parent_workflow_id, ctx.event_tree)
+
+    @workflow
+    async def outer(ctx: WorkflowContext) -> Any:
+        ids["outer"] = (ctx.workflow_id, ctx.parent_workflow_id, ctx.event_tree)
+        return await inner.run()
+
+    result = await outer.run()
+    inner_result = result.output
+    assert ids["inner"][1] == ids["outer"][0]
+    assert ids["outer"][1] is None
+    assert inner_result.tree is result.tree is ids["outer"][2]
+    assert inner_result.node.id == ids["inner"][0]
+
+
+async def test_gather_branches_mount_under_their_own_steps_without_cross_talk() -> None:
+    @workflow(name="leaf")
+    async def leaf(ctx: WorkflowContext, i: int) -> int:
+        await asyncio.sleep(0.001 * (i % 3))
+        await ctx.step(f"leaf-step-{i}", asyncio.sleep(0))
+        return i
+
+    @workflow(name="fan")
+    async def fan(ctx: WorkflowContext) -> list[int]:
+        async def branch(i: int) -> int:
+            await asyncio.sleep(0.001 * (i % 4))
+            return (await leaf.run(i)).output or 0
+
+        return await asyncio.gather(
+            *(ctx.step(f"branch-{i}", lambda i=i: branch(i)) for i in range(50))
+        )
+
+    result = await fan.run()
+    assert result.output == list(range(50))
+    steps = result.tree.root.children
+    assert [s.name for s in steps] == [f"branch-{i}" for i in range(50)]
+    for i, step in enumerate(steps):
+        assert shape(step) == (
+            f"step:branch-{i}",
+            [("workflow:leaf", [(f"step:leaf-step-{i}", [])])],
+        )
+
+
+async def test_taskgroup_and_steps_inside_steps_nest() -> None:
+    @workflow
+    async def flow(ctx: WorkflowContext) -> None:
+        async def outer() -> None:
+            async with asyncio.TaskGroup() as tg:
+                for i in range(3):
+                    tg.create_task(ctx.step(f"inner-{i}", asyncio.sleep(0)))
+
+        await ctx.step("outer", outer)
+
+    result = await flow.run()
+    outer = result.tree.root.children[0]
+    assert sorted(c.name for c in outer.children) == ["inner-0", "inner-1", "inner-2"]
+    assert all(c.parent_id == outer.id for c in outer.children)
+
+
+async def test_workflow_started_from_a_worker_thread_mounts_under_the_step() -> None:
+    @workflow(name="threaded-child")
+    async def child(ctx: WorkflowContext) -> str:
+        return await ctx.step("in-thread-loop", lambda: "x")
+
+    def run_in_own_loop() -> str:
+        # A sync step body that runs a whole workflow on its own event loop.
+        return asyncio.run(child.run()).output or ""
+
+    @workflow
+    async def flow(ctx: WorkflowContext) -> list[str]:
+        return list(
+            await asyncio.gather(ctx.step("t1", run_in_own_loop), ctx.step("t2", run_in_own_loop))
+        )
+
+    result = await flow.run()
+    assert result.output == ["x", "x"]
+    for step in result.tree.root.children:
+        assert shape(step) == (
+            f"step:{step.name}",
+            [("workflow:threaded-child", [("step:in-thread-loop", [])])],
+        )
+
+
+async def test_current_node_and_tree_are_none_outside_a_run() -> None:
+    assert groundswell.current_node() is None
+    assert groundswell.current_tree() is None
+    assert groundswell.record_event("x") is None
+
+    @workflow
+    async def flow(ctx: WorkflowContext) -> None:
+        assert groundswell.current_node() is ctx.node
+        assert groundswell.current_tree() is ctx.event_tree
+
+    await flow.run()
+    assert groundswell.current_node() is None
+
+
+async def test_failure_names_the_failing_node_and_keeps_the_cause_and_tree() -> None:
+    @workflow(name="child")
+    async def child(ctx: WorkflowContext) -> None:
+        await ctx.step("ok", lambda: 1)
+        await ctx.step("explode", lambda: 1 / 0)
+
+    @workflow(name="review")
+    async def review(ctx: WorkflowContext) -> None:
+        await ctx.step("facts", lambda: "fine")
+        await ctx.step("judge", lambda: child.run())
+
+    with pytest.raises(WorkflowError) as info:
+        await review.run()
+    err = info.value
+    assert err.node_path == "review/judge/child/explode"
+    assert isinstance(err.__cause__, ZeroDivisionError)
+    assert "review/judge/child/explode" in str(err) and "ZeroDivisionError" in str(err)
+    result = err.result
+    assert result is not None and result.status is NodeStatus.FAILED
+    assert result.output is None and isinstance(result.error, WorkflowError)
+    tree = result.tree
+    statuses = {n.name: n.status for n in tree.walk()}
+    assert statuses == {
+        "review": "failed",
+        "facts": "completed",
+        "judge": "failed",
+        "child": "failed",
+        "ok": "completed",
+        "explode": "failed",
+    }
+    (explode,) = tree.find(name="explode")
+    assert explode.error == {"type": "ZeroDivisionError", "message": "division by zero"}
+    assert groundswell.EventTree.from_json(tree.to_json()) == tree
+
+
+async def test_exception_caught_inside_the_workflow_does_not_fail_it() -> None:
+    @workflow
+    async def flow(ctx: WorkflowContext) -> str:
+        try:
+            await ctx.step("flaky", lambda: int("x"))
+        except ValueError:
+            return await ctx.step("fallback", lambda: "recovered")
+        return "unreachable"
+
+    result = await flow.run()
+    assert result.output == "recovered"
+    assert [(n.name, n.status.value) for n in result.tree.root.children] == [
+        ("flaky", "failed"),
+        ("fallback", "completed"),
+    ]
+
+
+async def test_step_timeout_cancels_the_step_and_its_children() -> None:
+    started = asyncio.Event()
+
+    @workflow(name="slow")
+    async def slow(ctx: WorkflowContext) -> None:
+        async def hang() -> None:
+            started.set()
+            await asyncio.sleep(30)
+
+        async def body() -> None:
+            await ctx.step("inner", hang)
+
+        await ctx.step("outer", body, timeout=0.05)
+
+    with pytest.raises(StepTimeout) as info:
+        await slow.run()
+    err = info.value
+    assert isinstance(err, TimeoutError) and isinstance(err, WorkflowError)
+    assert started.is_set()
+    assert err.node_path == "slow/outer"
+    tree = err.result.tree  # type: ignore[union-attr]
+    assert {n.name: n.status.value for n in tree.walk()} == {
+        "slow": "failed",
+        "outer": "cancelled",
+        "inner": "cancelled",
+    }
+
+
+async def test_timeout_raised_by_the_step_code_itself_is_not_a_step_timeout() -> None:
+    async def own_timeout() -> None:
+        raise TimeoutError("upstream timed out")
+
+    @workflow
+    async def flow(ctx: WorkflowContext) -> None:
+        await ctx.step("s", own_timeout, timeout=10)
+
+    with pytest.raises(WorkflowError) as info:
+        await flow.run()
+    assert not isinstance(info.value, StepTimeout)
+    assert isinstance(info.value.__cause__, TimeoutError)
+
+
+async def test_cancelling_a_run_marks_running_nodes_cancelled() -> None:
+    gate = asyncio.Event()
+    trees: list[groundswell.EventTree] = []
+
+    @workflow(name="child")
+    async def child(ctx: WorkflowContext) -> None:
+        async def wait_forever() -> None:
+            gate.set()
+            await asyncio.Event().wait()
+
+        await ctx.step("waiting", wait_forever)
+
+    @workflow(name="parent")
+    async def parent(ctx: WorkflowContext) -> str:
+        trees.append(ctx.event_tree)
+        task = asyncio.ensure_future(ctx.step("spawned", lambda: child.run()))
+        await gate.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return "parent survived"
+
+    result = await parent.run()
+    assert result.output == "parent survived"
+    assert {n.name: n.status.value for n in result.tree.walk()} == {
+        "parent": "completed",
+        "spawned": "cancelled",
+        "child": "cancelled",
+        "waiting": "cancelled",
+    }
+
+
+async def test_cancelling_a_top_level_run_propagates() -> None:
+    gate = asyncio.Event()
+
+    @workflow
+    async def flow(ctx: WorkflowContext) -> None:
+        gate.set()
+        await ctx.step("forever", asyncio.Event().wait)
+
+    task = asyncio.create_task(flow.run())
+    await gate.wait()
+    await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_state_snapshot_is_a_deep_copy_recorded_with_secrets_redacted() -> None:
+    class Creds(BaseModel):
+        user: str
+        token: SecretStr
+
+    @workflow
+    async def flow(ctx: WorkflowContext) -> dict[str, Any]:
+        ctx.state["items"] = [1]
+        ctx.state["creds"] = Creds(user="ann", token=SecretStr("hunter2-secret"))
+        snap = ctx.snapshot_state()
+        ctx.state["items"].append(2)
+        return snap
+
+    result = await flow.run()
+    snap = result.output
+    assert snap is not None and snap["items"] == [1]
+    (event,) = result.node.events
+    assert event["type"] == "state_snapshot"
+    assert event["state"]["items"] == [1]
+    assert event["state"]["creds"] == {"user": "ann", "token": "**********"}
+    assert "hunter2-secret" not in str(result.tree.to_json())
+    assert result.node.payload["state"]["items"] == [1, 2]
+
+
+async def test_bad_arguments_raise_configuration_errors() -> None:
+    def not_async(ctx: WorkflowContext) -> None:
+        return None
+
+    with pytest.raises(ConfigurationError, match="async def"):
+        Workflow(not_async)  # type: ignore[arg-type]
+
+    @workflow
+    async def flow(ctx: WorkflowContext, what: str) -> None:
+        if what == "name":
+            await ctx.step("", lambda: 1)
+        elif what == "timeout":
+            await ctx.step("t", lambda: 1, timeout=-1)
+        elif what == "fn":
+            await ctx.step("n", 42)  # type: ignore[call-overload]
+        else:
+            await ctx.spawn_workflow(lambda: 1)  # type: ignore[arg-type]
+
+    for what, message in [
+        ("name", "non-empty string"),
+        ("timeout", "timeout must be seconds"),
+        ("fn", "expected a callable or an awaitable"),
+        ("spawn", "needs a Workflow"),
+    ]:
+        with pytest.raises(WorkflowError) as info:
+            await flow.run(what)
+        assert isinstance(info.value.__cause__, ConfigurationError)
+        assert message in str(info.value.__cause__)
+
+
+async def test_decorator_forms_and_names() -> None:
+    @workflow
+    async def plain(ctx: WorkflowContext) -> int:
+        return 1
+
+    @workflow(name="custom")
+    async def named(ctx: WorkflowContext) -> int:
+        return 2
+
+    assert isinstance(plain, Workflow) and plain.name == "plain"
+    assert named.name == "custom"
+    assert (await named.run()).tree.root.name == "custom"  # type: ignore[union-attr]
+
+
+async def test_concurrent_top_level_runs_get_separate_trees() -> None:
+    @workflow
+    async def flow(ctx: WorkflowContext, i: int) -> int:
+        await asyncio.sleep(0)
+        return await ctx.step(f"s{i}", lambda: i)
+
+    results = await asyncio.gather(*(flow.run(i) for i in range(20)))
+    trees = {id(r.tree) for r in results}
+    assert len(trees) == 20
+    for i, r in enumerate(results):
+        assert [c.name for c in r.tree.root.children] == [f"s{i}"]  # type: ignore[union-attr]
+
+
+def test_node_type_of_runs_and_steps() -> None:
+    @workflow
+    async def flow(ctx: WorkflowContext) -> None:
+        await ctx.step("s", lambda: None)
+
+    result = asyncio.run(flow.run())
+    assert result.node.type is NodeType.WORKFLOW
+    assert result.node.children[0].type is NodeType.STEP
