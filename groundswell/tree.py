@@ -68,6 +68,7 @@ _FIELDS = (
     "events",
     "error",
 )
+_SLOTS = tuple(f for f in _FIELDS if f != "events")
 
 
 def _new_id() -> str:
@@ -84,7 +85,9 @@ class EventNode:
     ..., **data}``), ``error`` the failure (``{"type", "message"}``) if any.
     """
 
-    __slots__ = (*_FIELDS, "_t0", "children")
+    # children and events are created on first use: most nodes are leaves without
+    # events, and two fewer GC-tracked lists per node halves the cost of big trees.
+    __slots__ = (*_SLOTS, "_children", "_events", "_t0")
 
     def __init__(
         self,
@@ -105,12 +108,32 @@ class EventNode:
         self.timestamp: float = time.time() if timestamp is None else timestamp
         self.ended_at: float | None = None
         self.parent_id: str | None = parent_id
-        self.children: list[EventNode] = []
+        self._children: list[EventNode] | None = None
         self.payload: dict[str, Any] = payload if payload is not None else {}
         self.metrics: dict[str, Any] = {}
-        self.events: list[dict[str, Any]] = []
+        self._events: list[dict[str, Any]] | None = None
         self.error: dict[str, Any] | None = None
         self._t0: float = time.perf_counter()
+
+    @property
+    def children(self) -> list[EventNode]:
+        """Child nodes in start order."""
+        kids = self._children
+        if kids is None:
+            kids = self._children = []
+        return kids
+
+    @property
+    def events(self) -> list[dict[str, Any]]:
+        """Point-in-time events recorded on this node, oldest first."""
+        events = self._events
+        if events is None:
+            events = self._events = []
+        return events
+
+    @events.setter
+    def events(self, value: list[dict[str, Any]]) -> None:
+        self._events = value
 
     @property
     def duration(self) -> float | None:
@@ -120,11 +143,20 @@ class EventNode:
 
     def to_dict(self) -> dict[str, Any]:
         """This node as a flat, JSON-safe dict; children appear as a list of ids."""
-        d = {f: getattr(self, f) for f in _FIELDS}
-        d["type"] = self.type.value
-        d["status"] = self.status.value
-        d["children"] = [c.id for c in self.children]
-        return d
+        return {
+            "id": self.id,
+            "type": self.type.value,
+            "name": self.name,
+            "status": self.status.value,
+            "timestamp": self.timestamp,
+            "ended_at": self.ended_at,
+            "parent_id": self.parent_id,
+            "payload": self.payload,
+            "metrics": self.metrics,
+            "events": self._events if self._events is not None else [],
+            "error": self.error,
+            "children": [c.id for c in self._children] if self._children else [],
+        }
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, EventNode):
@@ -263,7 +295,9 @@ class EventTree:
         while stack:
             node = stack.pop()
             yield node
-            stack.extend(reversed(node.children))
+            kids = node._children
+            if kids:
+                stack.extend(reversed(kids))
 
     def find(self, **attrs: Any) -> list[EventNode]:
         """Nodes whose attributes equal every given value, in walk order.
@@ -314,7 +348,7 @@ class EventTree:
             start.update(status=NodeStatus.RUNNING.value, ended_at=None, metrics={}, error=None)
             start["events"] = []
             yield Event("node_start", node, start)
-            for event in node.events:
+            for event in node._events or ():
                 yield Event("node_event", node, {"id": node.id, "event": event})
         for node in reversed(nodes):
             if node.status is not NodeStatus.RUNNING or node.metrics or node.error:
@@ -382,7 +416,7 @@ class EventTree:
         while stack:
             node, lead, child_lead = stack.pop()
             lines.append(lead + _label(node))
-            kids = node.children
+            kids = node._children or []
             for i in range(len(kids) - 1, -1, -1):
                 last = i == len(kids) - 1
                 stack.append(
@@ -431,7 +465,7 @@ def _start_record(node: EventNode) -> dict[str, Any]:
     record = node.to_dict()
     record["payload"] = dict(node.payload)
     record["metrics"] = dict(node.metrics)
-    record["events"] = list(node.events)
+    record["events"] = list(node._events or ())
     record["children"] = []
     return record
 
@@ -462,6 +496,7 @@ def _node_from_record(record: dict[str, Any]) -> EventNode:
         raise ValueError(f"malformed node record {record!r:.200}: {exc}") from exc
     node.ended_at = record.get("ended_at")
     node.metrics = dict(record.get("metrics") or {})
-    node.events = list(record.get("events") or [])
+    if record.get("events"):
+        node.events = list(record["events"])
     node.error = record.get("error")
     return node
