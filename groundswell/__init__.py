@@ -21,7 +21,7 @@ from .errors import (
 )
 from .events import Event, Sink, SinkHub
 from .hookspecs import CacheBackend, EventSink, ReflectionStrategy, ToolProvider, hookimpl
-from .plugins import PluginInfo, PluginManager, get_plugin_manager
+from .plugins import PluginInfo, PluginManager, flush_sinks, get_plugin_manager
 from .tree import EventNode, EventTree, NodeStatus, NodeType
 from .workflow import Workflow, WorkflowContext, WorkflowResult, workflow
 
@@ -64,6 +64,7 @@ __all__ = [
     "current_frame",
     "current_node",
     "current_tree",
+    "flush_sinks",
     "get_plugin_manager",
     "hookimpl",
     "record_event",

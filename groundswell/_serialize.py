@@ -56,8 +56,24 @@ def jsonable(value: Any, _depth: int = 0) -> Any:
     """Return a JSON-safe copy of ``value``: secrets redacted, long strings truncated.
 
     Pydantic models and dataclasses become dicts, sets become sorted lists, bytes
-    become base64, datetimes ISO 8601 strings; anything else becomes its ``repr``.
+    become base64, datetimes ISO 8601 strings; objects with a ``__gs_jsonable__()``
+    method give their own summary; anything else becomes its ``repr``. Never
+    raises: a value that cannot even be printed becomes ``"<unprintable T>"``.
     """
+    try:
+        return _jsonable(value, _depth)
+    except Exception:
+        return f"<unprintable {type(value).__qualname__}>"
+
+
+def _safe_str(value: object) -> str:
+    try:
+        return str(value)
+    except Exception:
+        return f"<unprintable {type(value).__qualname__}>"
+
+
+def _jsonable(value: Any, _depth: int = 0) -> Any:
     if value is None or isinstance(value, bool | int):
         return value
     if isinstance(value, float):
@@ -104,9 +120,12 @@ def jsonable(value: Any, _depth: int = 0) -> Any:
         return base64.b64encode(bytes(value[:MAX_STRING])).decode("ascii")
     if isinstance(value, BaseException):
         return error_record(value)
+    summary = getattr(value, "__gs_jsonable__", None)
+    if callable(summary):
+        return jsonable(summary(), _depth + 1)
     return _truncate(repr(value))
 
 
 def error_record(exc: BaseException) -> dict[str, Any]:
-    """The JSON-safe record of an exception kept on a failed node."""
-    return {"type": type(exc).__qualname__, "message": _truncate(str(exc))}
+    """The JSON-safe record of an exception kept on a failed node (never raises)."""
+    return {"type": type(exc).__qualname__, "message": _truncate(_safe_str(exc))}

@@ -1,4 +1,8 @@
-"""The ``groundswell`` command: list plugins, run a workflow, render a saved tree."""
+"""The ``groundswell`` command: list plugins, run a workflow, render a saved tree.
+
+Exit codes: 0 success; 1 the workflow run failed; 2 bad input (arguments,
+modules, files); 3 a plugin error under ``GROUNDSWELL_STRICT_PLUGINS=1``.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .errors import GroundswellError, WorkflowError
+from .errors import GroundswellError, PluginError, WorkflowError
 from .plugins import PluginManager
 from .tree import EventTree, NodeStatus
 from .workflow import Workflow, WorkflowResult
@@ -32,8 +36,10 @@ def _cmd_plugins(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([vars(i) | {"ok": i.ok} for i in infos], indent=2))
         return 0
+    for warning in manager.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     if not infos:
-        print("no plugins installed")
+        print("no plugins loaded")
         return 0
     for info in infos:
         version = info.version or "-"
@@ -44,25 +50,25 @@ def _cmd_plugins(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load_tree(path: str) -> EventTree:
+def _load_trees(path: str) -> list[EventTree]:
     file = Path(path)
     if not file.is_file():
         raise CLIError(f"no such file: {path}")
-    text = file.read_text(encoding="utf-8")
     try:
         if file.suffix == ".json":
-            return EventTree.from_json(json.loads(text))
-        return EventTree.replay(json.loads(line) for line in text.splitlines() if line.strip())
-    except (ValueError, KeyError) as exc:
+            return [EventTree.from_json(json.loads(file.read_text(encoding="utf-8")))]
+        return EventTree.load_all(file)
+    except (ValueError, KeyError, TypeError) as exc:
         raise CLIError(f"{path} is not a Groundswell trace: {exc}") from exc
 
 
 def _cmd_tree(args: argparse.Namespace) -> int:
-    tree = _load_tree(args.file)
+    trees = _load_trees(args.file)
     if args.json:
-        print(json.dumps(tree.to_json(), indent=2))
+        data = [t.to_json() for t in trees]
+        print(json.dumps(data[0] if len(data) == 1 else data, indent=2))
     else:
-        print(tree.render())
+        print("\n\n".join(t.render() for t in trees))
     return 0
 
 
@@ -73,11 +79,15 @@ def _resolve(target: str) -> Workflow[Any, Any]:
     sys.path.insert(0, str(Path.cwd()))
     try:
         module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise CLIError(f"cannot import {module_name!r}: {exc}") from exc
-    obj = getattr(module, attr, None)
+    except Exception as exc:  # SyntaxError, NameError... all mean "fix that module"
+        raise CLIError(f"cannot import {module_name!r}: {type(exc).__name__}: {exc}") from exc
+    if not hasattr(module, attr):
+        raise CLIError(f"module {module_name!r} has no attribute {attr!r}")
+    obj = getattr(module, attr)
     if not isinstance(obj, Workflow):
-        raise CLIError(f"{target} is not a Workflow (decorate it with @workflow)")
+        raise CLIError(
+            f"{target} is a {type(obj).__name__}, not a Workflow (decorate it with @workflow)"
+        )
     return obj
 
 
@@ -144,6 +154,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
+    except PluginError as exc:
+        # Strict mode (GROUNDSWELL_STRICT_PLUGINS=1) turned a plugin problem into an error.
+        print(f"groundswell: plugin error: {exc}", file=sys.stderr)
+        return 3
     except (CLIError, GroundswellError) as exc:
         print(f"groundswell: {exc}", file=sys.stderr)
         return 2

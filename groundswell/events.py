@@ -7,7 +7,6 @@ once, and when its queue is full further events for it are dropped and counted.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import logging
 import queue
@@ -38,15 +37,18 @@ class Event:
     what was true when the event happened: the full node record for
     ``node_start``, ``{"id", "status", "ended_at", "metrics", "payload",
     "error"}`` for ``node_end``, and ``{"id", "event"}`` for ``node_event``.
+    ``run_id`` is the id of the run's root node, so a sink can tell concurrent
+    runs apart.
     """
 
     kind: EventKind
     node: EventNode
     data: dict[str, Any]
+    run_id: str = ""
 
     def to_record(self) -> dict[str, Any]:
-        """The JSONL log line for this event: ``{"kind": ..., "data": ...}``."""
-        return {"kind": self.kind, "data": self.data}
+        """The JSONL log line for this event: ``{"kind", "run_id", "data"}``."""
+        return {"kind": self.kind, "run_id": self.run_id, "data": self.data}
 
 
 @runtime_checkable
@@ -103,7 +105,7 @@ class _SinkWorker:
                     return
                 self.sink.handle(event)
                 self.delivered += 1
-            except Exception as exc:  # a sink must never reach the run
+            except BaseException as exc:  # even SystemExit: a sink must never reach the run
                 self.errors += 1
                 if not self._reported_error:
                     self._reported_error = True
@@ -131,9 +133,13 @@ class _SinkWorker:
         with contextlib.suppress(queue.Full):  # a stuck worker is a daemon; exit anyway
             self._queue.put_nowait(_STOP)
         self._thread.join(max(0.0, deadline - time.monotonic()))
+        if self._thread.is_alive():
+            # handle() is still running: closing under its feet could corrupt its output.
+            logger.warning("event sink %r is stuck in handle(); not closing it", self.name)
+            return
         try:
             self.sink.close()
-        except Exception as exc:
+        except BaseException as exc:
             logger.warning("event sink %r failed to close: %s", self.name, exc)
 
 
@@ -145,17 +151,31 @@ class SinkHub:
         self._lock = threading.Lock()
         for name, sink in (sinks or {}).items():
             self.add(name, sink)
-        atexit.register(self.close)
 
     def __bool__(self) -> bool:
         return bool(self._workers)
+
+    def names(self) -> list[str]:
+        """The names of the sinks receiving events."""
+        return [w.name for w in self._workers]
 
     def add(self, name: str, sink: Sink) -> None:
         """Start delivering events to ``sink`` under ``name``."""
         if not callable(getattr(sink, "handle", None)):
             raise TypeError(f"event sink {name!r} has no handle(event) method")
         with self._lock:
+            if name in self.names():
+                raise ValueError(f"an event sink named {name!r} is already attached")
+            # Replace the list instead of mutating it: dispatch() iterates without a lock.
             self._workers = [*self._workers, _SinkWorker(name, sink)]
+
+    def remove(self, name: str, timeout: float = 5.0) -> None:
+        """Stop delivering to the sink ``name``: flush it, then close it."""
+        with self._lock:
+            gone = [w for w in self._workers if w.name == name]
+            self._workers = [w for w in self._workers if w.name != name]
+        for worker in gone:
+            worker.close(time.monotonic() + timeout)
 
     def dispatch(self, event: Event) -> None:
         """Queue ``event`` for every sink; never blocks, never raises."""

@@ -13,6 +13,7 @@ the host down. Environment controls:
 
 from __future__ import annotations
 
+import atexit
 import importlib.metadata as md
 import logging
 import os
@@ -25,10 +26,10 @@ import pluggy
 
 from . import hookspecs
 from .errors import PluginError
-from .events import Sink, SinkHub
+from .events import SinkHub
 from .hookspecs import CacheBackend, EventSink, ReflectionStrategy, ToolProvider
 
-__all__ = ["PluginInfo", "PluginManager", "get_plugin_manager"]
+__all__ = ["PluginInfo", "PluginManager", "flush_sinks", "get_plugin_manager"]
 
 logger = logging.getLogger("groundswell.plugins")
 
@@ -81,7 +82,11 @@ class PluginManager:
         self._pm.add_hookspecs(hookspecs)
         self._infos: dict[str, PluginInfo] = {}
         self._hub: SinkHub | None = None
+        self._sinks_stale = True
+        self._sink_owners: dict[str, str] = {}
         self._lock = threading.RLock()
+        #: Problems that belong to no plugin (e.g. an allow-list naming nothing installed).
+        self.warnings: list[str] = []
 
     # -- loading -------------------------------------------------------------------
 
@@ -90,17 +95,27 @@ class PluginManager:
         allow = _env_list("GROUNDSWELL_LOAD_PLUGINS")
         deny = _env_list("GROUNDSWELL_DISABLE_PLUGINS") or set()
         loaded = 0
-        seen: set[str] = set()
+        seen: dict[str, str | None] = {}
+        available: set[str] = set()
         for ep in md.entry_points(group=ENTRY_POINT_GROUP):
-            # The same distribution can be visible twice on sys.path (editable installs).
-            if ep.name in seen or (allow is not None and ep.name not in allow) or ep.name in deny:
-                continue
-            seen.add(ep.name)
+            available.add(ep.name)
             dist = ep.dist
+            dist_name = dist.metadata["Name"] if dist else None
+            if ep.name in seen:
+                # The same distribution twice on sys.path (editable installs) is harmless;
+                # two distributions claiming one name is a conflict worth reporting.
+                if seen[ep.name] != dist_name and ep.name in self._infos:
+                    self._report(
+                        self._infos[ep.name],
+                        f"entry point name {ep.name!r} is also used by distribution "
+                        f"{dist_name!r}; that one is ignored",
+                    )
+                continue
+            seen[ep.name] = dist_name
+            if (allow is not None and ep.name not in allow) or ep.name in deny:
+                continue
             info = PluginInfo(
-                name=ep.name,
-                version=dist.version if dist else None,
-                distribution=dist.metadata["Name"] if dist else None,
+                name=ep.name, version=dist.version if dist else None, distribution=dist_name
             )
             with self._lock:
                 if ep.name in self._infos:
@@ -108,11 +123,18 @@ class PluginManager:
                 self._infos[ep.name] = info
             try:
                 plugin = ep.load()
-            except Exception as exc:
+            except (Exception, SystemExit) as exc:  # a plugin calling sys.exit() on import too
                 self._report(info, f"import failed: {type(exc).__name__}: {exc}", exc)
                 continue
             if self._register(plugin, info):
                 loaded += 1
+        for name in sorted((allow or set()) - available):
+            message = (
+                f"GROUNDSWELL_LOAD_PLUGINS names {name!r}, but no installed plugin has that "
+                f"name (installed: {', '.join(sorted(available)) or 'none'})"
+            )
+            self.warnings.append(message)
+            logger.warning(message)
         return loaded
 
     def register(self, plugin: object, name: str | None = None) -> str:
@@ -131,12 +153,17 @@ class PluginManager:
         return name
 
     def unregister(self, name: str) -> None:
-        """Remove the plugin registered under ``name`` (no error if absent)."""
+        """Remove the plugin registered under ``name`` (no error if absent).
+
+        Its event sinks are flushed and closed; other sinks are left running.
+        """
         with self._lock:
             self._infos.pop(name, None)
             if self._pm.has_plugin(name):
                 self._pm.unregister(name=name)
-            self._reset_sinks()
+            self._sinks_stale = True
+            if self._hub is not None:
+                self._sync_sinks(self._hub)
 
     def _register(self, plugin: object, info: PluginInfo, always_raise: bool = False) -> bool:
         try:
@@ -154,7 +181,7 @@ class PluginManager:
             self._report(info, f"registration failed: {exc}", exc)
             return False
         info.hooks = sorted(c.name for c in self._pm.get_hookcallers(plugin) or [])
-        self._reset_sinks()
+        self._sinks_stale = True
         return True
 
     def _report(self, info: PluginInfo, message: str, exc: BaseException | None = None) -> None:
@@ -165,7 +192,7 @@ class PluginManager:
         if self.strict if self.strict is not None else strict_plugins():
             raise PluginError(f"plugin {label!r}: {message}", plugin=info.name) from exc
         if first_time:
-            logger.warning("plugin %r skipped: %s", label, message)
+            logger.warning("plugin %r: %s", label, message)
 
     # -- listing -------------------------------------------------------------------
 
@@ -179,7 +206,10 @@ class PluginManager:
         return {i.name: list(i.errors) for i in self._infos.values() if i.errors}
 
     def check(self) -> None:
-        """Run every collector and start every sink once, so hook failures are recorded."""
+        """Call every registration hook once, so hook failures are recorded.
+
+        Sink factories are not called here; they run when the first run starts.
+        """
         self.cache_backends()
         self.reflection_strategies()
         self.tool_providers()
@@ -190,6 +220,8 @@ class PluginManager:
     def _collect(self, hook_name: str, record_type: type[R]) -> dict[str, R]:
         records: dict[str, R] = {}
         owners: dict[str, str] = {}
+        if record_type is EventSink:
+            self._sink_owners = owners
         caller = getattr(self._pm.hook, hook_name)
         # Calling each implementation on its own isolates a raising plugin; pluggy's
         # own call would abort the whole collection at the first failure.
@@ -231,43 +263,49 @@ class PluginManager:
     # -- event sinks -----------------------------------------------------------------
 
     def sink_hub(self) -> SinkHub:
-        """The hub delivering events to every registered sink (built on first use)."""
+        """The hub delivering events to every registered sink.
+
+        A sink's factory is called once, the first time a run needs the hub
+        after its plugin registered; registering or removing other plugins never
+        restarts it.
+        """
         hub = self._hub
-        if hub is not None:
+        if hub is not None and not self._sinks_stale:
             return hub
         with self._lock:
             if self._hub is None:
-                sinks: dict[str, Sink] = {}
-                for name, record in self.event_sinks().items():
-                    try:
-                        sink = record.factory()
-                        if not callable(getattr(sink, "handle", None)):
-                            raise TypeError("its factory returned an object without handle(event)")
-                    except Exception as exc:
-                        info = self._owner_info(name)
-                        self._report(info, f"event sink {name!r} failed to start: {exc}", exc)
-                        continue
-                    sinks[name] = sink
-                self._hub = SinkHub(sinks)
+                self._hub = SinkHub()
+                atexit.register(self._hub.close)
+            if self._sinks_stale:
+                self._sync_sinks(self._hub)
             return self._hub
 
-    def _owner_info(self, sink_name: str) -> PluginInfo:
-        for impl in self._pm.hook.register_event_sinks.get_hookimpls():
-            info = self._infos.get(impl.plugin_name)
-            if info is not None:
-                try:
-                    names = {r.name for r in _as_records(impl.function(), EventSink, "")}
-                except Exception:
-                    continue
-                if sink_name in names:
-                    return info
-        return PluginInfo(name=sink_name)
+    def _sync_sinks(self, hub: SinkHub) -> None:
+        self._sinks_stale = False
+        records = self.event_sinks()
+        for name in hub.names():
+            if name not in records:
+                hub.remove(name)
+        attached = set(hub.names())
+        for name, record in records.items():
+            if name in attached:
+                continue
+            try:
+                sink = record.factory()
+                if not callable(getattr(sink, "handle", None)):
+                    raise TypeError("its factory returned an object without handle(event)")
+            except Exception as exc:
+                info = self._infos.get(self._sink_owners.get(name, "")) or PluginInfo(name=name)
+                self._report(info, f"event sink {name!r} failed to start: {exc}", exc)
+                continue
+            hub.add(name, sink)
 
-    def _reset_sinks(self) -> None:
-        # A plugin came or went: rebuild the sink set on next use.
+    def close(self, timeout: float = 5.0) -> None:
+        """Flush and close every event sink."""
         hub, self._hub = self._hub, None
+        self._sinks_stale = True
         if hub is not None:
-            hub.close(timeout=1.0)
+            hub.close(timeout)
 
 
 def _as_records(value: Any, record_type: type[R], hook_name: str) -> list[R]:
@@ -310,4 +348,16 @@ def reset_plugin_manager() -> None:
     with _manager_lock:
         old, _manager = _manager, None
     if old is not None:
-        old._reset_sinks()
+        old.close()
+
+
+def flush_sinks(timeout: float = 5.0) -> bool:
+    """Wait until every event sink has handled the events sent so far; False on timeout.
+
+    Useful at the end of a short script or test: sinks work on background
+    threads, and are otherwise flushed and closed at interpreter exit.
+    """
+    manager = _manager
+    if manager is None or manager._hub is None:
+        return True
+    return manager._hub.flush(timeout)

@@ -165,6 +165,14 @@ class EventNode:
 
     __hash__ = None  # type: ignore[assignment]  # mutable, compared by value
 
+    def __gs_jsonable__(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "type": self.type.value,
+            "name": self.name,
+            "status": self.status.value,
+        }
+
     def __repr__(self) -> str:
         return f"EventNode({self.type.value} {self.name!r} {self.status.value} id={self.id})"
 
@@ -196,8 +204,11 @@ class EventTree:
         node = EventNode(type, name, parent_id=parent.id if parent else None, payload=payload)
         self._attach(node, parent)
         if self._dispatch is not None:
-            self._dispatch(Event("node_start", node, _start_record(node)))
+            self._dispatch(Event("node_start", node, _start_record(node), self._run_id()))
         return node
+
+    def _run_id(self) -> str:
+        return self.root.id if self.root is not None else ""
 
     def _attach(self, node: EventNode, parent: EventNode | None) -> None:
         # dict assignment and list.append are atomic under the GIL, which is all the
@@ -224,29 +235,40 @@ class EventTree:
         record_output: bool = False,
     ) -> None:
         """Finish ``node`` with a final status, its duration, and its output or error."""
-        node.status = status if status.__class__ is NodeStatus else NodeStatus(status)
-        node.ended_at = time.time()
-        node.metrics["duration"] = time.perf_counter() - node._t0
+        final = status if status.__class__ is NodeStatus else NodeStatus(status)
+        # Fill every field first and flip the status last, so nobody sees a
+        # "completed" node without its output.
         if error is not None:
             node.error = error_record(error)
         if record_output:
             node.payload["output"] = jsonable(output)
+        node.ended_at = time.time()
+        node.metrics["duration"] = time.perf_counter() - node._t0
+        node.status = final
         if self._dispatch is not None:
-            self._dispatch(Event("node_end", node, _end_record(node)))
+            self._dispatch(Event("node_end", node, _end_record(node), self._run_id()))
 
-    def add_event(self, node: EventNode, type: str, **data: Any) -> dict[str, Any]:
-        """Record a point-in-time happening on ``node`` (data is made JSON-safe)."""
+    def add_event(self, node: EventNode, type: str, /, **data: Any) -> dict[str, Any]:
+        """Record a point-in-time happening on ``node`` (data is made JSON-safe).
+
+        The event is ``{"type": type, "timestamp": now, **data}``; ``type`` and
+        ``timestamp`` are therefore reserved and cannot be data keys.
+        """
+        clash = {"type", "timestamp"} & data.keys()
+        if clash:
+            raise ValueError(f"event data cannot use the reserved key(s) {sorted(clash)}")
         event = {"type": type, "timestamp": time.time(), **jsonable(data)}
         node.events.append(event)
         if self._dispatch is not None:
-            self._dispatch(Event("node_event", node, {"id": node.id, "event": event}))
+            record = {"id": node.id, "event": event}
+            self._dispatch(Event("node_event", node, record, self._run_id()))
         return event
 
     def set_status(self, node: EventNode, status: NodeStatus | str) -> None:
         """Change a finished node's status (e.g. to ``revised``) and tell the sinks."""
         node.status = NodeStatus(status)
         if self._dispatch is not None:
-            self._dispatch(Event("node_end", node, _end_record(node)))
+            self._dispatch(Event("node_end", node, _end_record(node), self._run_id()))
 
     # -- queries -----------------------------------------------------------------
 
@@ -342,17 +364,18 @@ class EventTree:
 
     def events(self) -> Iterator[Event]:
         """Replayable events that rebuild this tree: starts in pre-order, then ends bottom-up."""
+        run_id = self._run_id()
         nodes = list(self.walk())
         for node in nodes:
             start = _start_record(node)
             start.update(status=NodeStatus.RUNNING.value, ended_at=None, metrics={}, error=None)
             start["events"] = []
-            yield Event("node_start", node, start)
+            yield Event("node_start", node, start, run_id)
             for event in node._events or ():
-                yield Event("node_event", node, {"id": node.id, "event": event})
+                yield Event("node_event", node, {"id": node.id, "event": event}, run_id)
         for node in reversed(nodes):
             if node.status is not NodeStatus.RUNNING or node.metrics or node.error:
-                yield Event("node_end", node, _end_record(node))
+                yield Event("node_end", node, _end_record(node), run_id)
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the tree as a JSONL event log that :meth:`load` replays."""
@@ -364,37 +387,88 @@ class EventTree:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> EventTree:
-        """Replay a JSONL event log (from :meth:`save` or the JSONL sink) into a tree."""
-        with Path(path).open(encoding="utf-8") as f:
-            return cls.replay(json.loads(line) for line in f if line.strip())
+        """Replay a JSONL event log (from :meth:`save` or an event sink) into a tree.
+
+        A log holding several runs is an error; use :meth:`load_all` for those.
+        """
+        trees = cls.load_all(path)
+        if len(trees) != 1:
+            names = [t.root.name for t in trees if t.root is not None]
+            raise ValueError(
+                f"{path} holds {len(trees)} runs ({names[:5]}); use EventTree.load_all()"
+            )
+        return trees[0]
+
+    @classmethod
+    def load_all(cls, path: str | os.PathLike[str]) -> list[EventTree]:
+        """Replay a JSONL event log into one tree per run, in the order the runs started.
+
+        A last line cut short (a writer that crashed mid-line) is ignored.
+        """
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+        records: list[Any] = []
+        for lineno, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                if lineno == len(lines):
+                    break
+                raise ValueError(f"{path}, line {lineno}: not JSON ({exc.msg})") from exc
+        return cls.replay_all(records)
 
     @classmethod
     def replay(cls, records: Iterable[dict[str, Any]]) -> EventTree:
-        """Rebuild a tree from event records (``{"kind": ..., "data": ...}``) in order."""
-        tree = cls()
-        for lineno, record in enumerate(records, 1):
-            kind, data = record.get("kind"), record.get("data")
-            if not isinstance(data, dict):
-                raise ValueError(f"event {lineno}: missing 'data' object")
+        """Rebuild one run's tree from event records (``{"kind": ..., "data": ...}``)."""
+        trees = cls.replay_all(records)
+        if len(trees) != 1:
+            raise ValueError(f"the events hold {len(trees)} runs; use EventTree.replay_all()")
+        return trees[0]
+
+    @classmethod
+    def replay_all(cls, records: Iterable[dict[str, Any]]) -> list[EventTree]:
+        """Rebuild every run's tree from interleaved event records, in start order."""
+        trees: list[EventTree] = []
+        owner: dict[str, EventTree] = {}
+        for n, record in enumerate(records, 1):
+            if not isinstance(record, dict) or not isinstance(record.get("data"), dict):
+                raise ValueError(f"event {n}: expected an object with 'kind' and a 'data' object")
+            kind, data = record.get("kind"), record["data"]
             if kind == "node_start":
                 node = _node_from_record(data)
                 parent_id = data.get("parent_id")
-                tree._attach(node, tree._nodes[parent_id] if parent_id else None)
-            elif kind == "node_end":
-                node = tree.get_node(data["id"])
-                node.status = NodeStatus(data["status"])
-                node.ended_at = data.get("ended_at")
-                node.metrics = dict(data.get("metrics") or {})
-                node.payload = dict(data.get("payload") or {})
-                node.error = data.get("error")
-            elif kind == "node_event":
-                tree.get_node(data["id"]).events.append(data["event"])
+                if parent_id:
+                    tree = owner.get(parent_id)
+                    if tree is None:
+                        raise ValueError(
+                            f"event {n}: node {node.name!r} names parent {parent_id!r}, which "
+                            "is not in the log (was the start of the log cut off?)"
+                        )
+                    tree._attach(node, tree._nodes[parent_id])
+                else:
+                    tree = cls()
+                    tree._attach(node, None)
+                    trees.append(tree)
+                owner[node.id] = tree
+            elif kind in ("node_end", "node_event"):
+                tree = owner.get(data.get("id", ""))
+                if tree is None:
+                    raise ValueError(f"event {n}: {kind} for unknown node {data.get('id')!r}")
+                node = tree._nodes[data["id"]]
+                if kind == "node_event":
+                    node.events.append(data["event"])
+                else:
+                    node.status = NodeStatus(data["status"])
+                    node.ended_at = data.get("ended_at")
+                    node.metrics = dict(data.get("metrics") or {})
+                    node.payload = dict(data.get("payload") or {})
+                    node.error = data.get("error")
             else:
                 raise ValueError(
-                    f"event {lineno}: unknown kind {kind!r} "
-                    "(expected node_start, node_end or node_event)"
+                    f"event {n}: unknown kind {kind!r} (expected node_start, node_end or node_event)"
                 )
-        return tree
+        return trees
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, EventTree):
@@ -427,6 +501,13 @@ class EventTree:
                     )
                 )
         return "\n".join(lines)
+
+    def __gs_jsonable__(self) -> dict[str, Any]:
+        return {
+            "run_id": self._run_id(),
+            "root": self.root.name if self.root else None,
+            "nodes": len(self),
+        }
 
     def __repr__(self) -> str:
         root = self.root.name if self.root else None

@@ -12,12 +12,13 @@ import asyncio
 import contextlib
 import copy
 import inspect
+import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, cast, overload
 
-from ._serialize import jsonable
+from ._serialize import error_record, jsonable
 from .context import Frame, _frame, new_run_tree
 from .errors import ConfigurationError, StepTimeout, WorkflowError
 from .tree import EventNode, EventTree, NodeStatus, NodeType
@@ -53,22 +54,38 @@ class WorkflowResult(Generic[T]):
         """The id of the run's workflow node."""
         return self.node.id
 
+    def __gs_jsonable__(self) -> dict[str, Any]:
+        return {"workflow_id": self.node.id, "status": self.status.value, "output": self.output}
+
+
+def _leaf(exc: BaseException) -> BaseException:
+    # A TaskGroup raises an ExceptionGroup; the first real error inside is what failed.
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
 
 def _mark_failure(exc: BaseException, tree: EventTree, node: EventNode) -> None:
     # Remember the deepest node an exception failed, so the WorkflowError raised
-    # at the top names where it really happened.
-    if isinstance(exc, WorkflowError) and exc.node_path:
+    # at the top names where it really happened. The tree's id is kept too: the
+    # same exception object raised again in another run must not reuse the path.
+    leaf = _leaf(exc)
+    if isinstance(leaf, WorkflowError) and leaf.node_path:
         return
-    if getattr(exc, _PATH_ATTR, None) is None:
+    mark = getattr(leaf, _PATH_ATTR, None)
+    if mark is None or mark[0] != id(tree):
         with contextlib.suppress(AttributeError, TypeError):  # exceptions without a __dict__
-            setattr(exc, _PATH_ATTR, tree.path(node.id))
+            setattr(leaf, _PATH_ATTR, (id(tree), tree.path(node.id)))
 
 
-def _failure_path(exc: BaseException) -> str | None:
-    if isinstance(exc, WorkflowError) and exc.node_path:
-        return exc.node_path
-    path = getattr(exc, _PATH_ATTR, None)
-    return path if isinstance(path, str) else None
+def _failure_path(exc: BaseException, tree: EventTree) -> str | None:
+    leaf = _leaf(exc)
+    if isinstance(leaf, WorkflowError) and leaf.node_path:
+        return leaf.node_path
+    mark = getattr(leaf, _PATH_ATTR, None)
+    if isinstance(mark, tuple) and mark[0] == id(tree):
+        return str(mark[1])
+    return None
 
 
 def _end_failed(tree: EventTree, node: EventNode, exc: BaseException) -> None:
@@ -152,8 +169,18 @@ class WorkflowContext:
         """
         if not isinstance(name, str) or not name:
             raise ConfigurationError(f"step name must be a non-empty string, got {name!r}")
-        if timeout is not None and (not isinstance(timeout, int | float) or timeout <= 0):
+        if timeout is not None and (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or not math.isfinite(timeout)
+            or timeout <= 0
+        ):
             raise ConfigurationError(f"step {name!r}: timeout must be seconds > 0, got {timeout!r}")
+        if self.node.ended_at is not None:
+            raise ConfigurationError(
+                f"step {name!r}: workflow {self.workflow.name!r} has already ended; "
+                "call ctx.step only while the workflow runs"
+            )
         tree = self._tree
         frame = _frame.get()
         # Mount under what is running now (a step inside a step nests), unless the
@@ -172,11 +199,11 @@ class WorkflowContext:
                 except TimeoutError as exc:
                     if not timer.expired():
                         raise
-                    tree.end_node(node, NodeStatus.CANCELLED, error=exc)
-                    raise StepTimeout(
-                        f"step {name!r} timed out after {timeout}s",
-                        node_path=tree.path(node.id),
-                    ) from exc
+                    timed_out = StepTimeout(
+                        f"step {name!r} timed out after {timeout}s", node_path=tree.path(node.id)
+                    )
+                    tree.end_node(node, NodeStatus.CANCELLED, error=timed_out)
+                    raise timed_out from exc
         except StepTimeout as exc:
             if node.ended_at is None:  # a nested step's timeout: this step failed with it
                 _end_failed(tree, node, exc)
@@ -258,6 +285,7 @@ class Workflow(Generic[P, T]):
             output = await self.executor(ctx, *args, **kwargs)
         except BaseException as exc:
             self._record_state(node, ctx)
+            _note_detached(tree, node)
             _end_failed(tree, node, exc)
             if not isinstance(exc, Exception):  # cancellation, KeyboardInterrupt, SystemExit
                 raise
@@ -293,18 +321,31 @@ class Workflow(Generic[P, T]):
         return f"Workflow({self.name!r})"
 
 
+def _note_detached(tree: EventTree, node: EventNode) -> None:
+    # Work the run did not wait for (a gather sibling of a failed step, a sync step
+    # that outlived its timeout in a thread) keeps running and may still change
+    # the tree; say so on the workflow node instead of pretending it stopped.
+    running = [n for n in tree.walk(node.id) if n is not node and n.status is NodeStatus.RUNNING]
+    if running:
+        tree.add_event(
+            node, "detached", nodes=[tree.path(n.id) for n in running[:20]], count=len(running)
+        )
+
+
 def _root_cause(exc: BaseException) -> BaseException:
     # A failed nested run arrives as a WorkflowError; its cause is the real error.
-    if isinstance(exc, WorkflowError) and exc.result is not None and exc.__cause__ is not None:
-        return exc.__cause__
-    return exc
+    leaf = _leaf(exc)
+    if isinstance(leaf, WorkflowError) and leaf.result is not None and leaf.__cause__ is not None:
+        return leaf.__cause__
+    return leaf
 
 
 def _workflow_error(name: str, exc: BaseException, result: WorkflowResult[Any]) -> WorkflowError:
     cause = _root_cause(exc)
-    path = _failure_path(exc) or result.tree.path(result.node.id)
-    cls = StepTimeout if isinstance(exc, StepTimeout) else WorkflowError
-    message = f"workflow {name!r} failed at {path}: {type(cause).__name__}: {cause}"
+    path = _failure_path(exc, result.tree) or result.tree.path(result.node.id)
+    cls = StepTimeout if isinstance(_leaf(exc), StepTimeout) else WorkflowError
+    reason = error_record(cause)["message"]  # never raises, and secrets are scrubbed
+    message = f"workflow {name!r} failed at {path}: {type(cause).__name__}: {reason}"
     return cls(message, node_path=path, result=result)
 
 

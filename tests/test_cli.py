@@ -85,7 +85,8 @@ def test_failed_run_exits_one_and_still_shows_the_tree(project: Path) -> None:
     [
         (["run", "flows"], "expected module:workflow"),
         (["run", "nowhere:thing"], "cannot import 'nowhere'"),
-        (["run", "flows:not_a_workflow"], "is not a Workflow"),
+        (["run", "flows:not_a_workflow"], "is a int, not a Workflow"),
+        (["run", "flows:missing"], "has no attribute 'missing'"),
         (["tree", "missing.jsonl"], "no such file"),
     ],
 )

@@ -219,3 +219,37 @@ def test_hook_returning_none_adds_nothing() -> None:
     manager.register(Quiet(), name="quiet")
     assert manager.tool_providers() == {}
     assert manager.list_plugins()[0].hooks == ["register_tool_providers"]
+
+
+def test_two_distributions_claiming_one_name_is_reported(
+    make_distribution: Callable[..., None], lenient: None
+) -> None:
+    make_distribution("gs-one", "1.0", {"same": "gs_one"}, {"gs_one": GOOD})
+    make_distribution("gs-two", "2.0", {"same": "gs_two"}, {"gs_two": GOOD})
+    manager = PluginManager()
+    manager.load_entrypoints()
+    (error,) = manager.errors["same"]
+    assert "also used by distribution" in error and "that one is ignored" in error
+
+
+def test_plugin_calling_sys_exit_on_import_is_isolated(
+    make_distribution: Callable[..., None], lenient: None
+) -> None:
+    code = "import sys\nsys.exit('no thanks')\n"
+    make_distribution("gs-exit", "1.0", {"exiting": "gs_exit"}, {"gs_exit": code})
+    manager = PluginManager()
+    manager.load_entrypoints()
+    assert "SystemExit: no thanks" in manager.errors["exiting"][0]
+    assert "lru" in manager.cache_backends()
+
+
+def test_allow_list_naming_nothing_installed_warns(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("GROUNDSWELL_LOAD_PLUGINS", "lur")
+    manager = PluginManager()
+    with caplog.at_level(logging.WARNING, "groundswell.plugins"):
+        manager.load_entrypoints()
+    assert manager.list_plugins() == []
+    assert "names 'lur', but no installed plugin has that name" in manager.warnings[0]
+    assert "installed: " in caplog.text and "lru" in caplog.text

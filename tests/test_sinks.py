@@ -159,3 +159,82 @@ def test_close_closes_every_sink() -> None:
     hub = SinkHub({"rec": sink})
     hub.close()
     assert sink.closed and not hub
+
+
+async def test_registering_other_plugins_never_restarts_a_sink(
+    add_sink: Callable[..., str],
+) -> None:
+    built: list[RecordingSink] = []
+
+    def factory() -> RecordingSink:
+        built.append(RecordingSink())
+        return built[-1]
+
+    manager = groundswell.get_plugin_manager()
+
+    class SinkPlugin:
+        @groundswell.hookimpl
+        def register_event_sinks(self) -> groundswell.EventSink:
+            return groundswell.EventSink(name="once", factory=factory)
+
+    class Unrelated:
+        @groundswell.hookimpl
+        def register_cache_backends(self) -> groundswell.CacheBackend:
+            return groundswell.CacheBackend(name="unrelated", factory=dict)
+
+    manager.register(SinkPlugin(), name="sink-once")
+    try:
+        await observed.run()
+        manager.register(Unrelated(), name="unrelated")
+        manager.unregister("unrelated")
+        await observed.run()
+        assert groundswell.flush_sinks()
+        assert len(built) == 1 and not built[0].closed
+        assert len(built[0].events) == 14
+    finally:
+        manager.unregister("sink-once")
+    assert built[0].closed
+
+
+async def test_events_carry_the_run_id_and_concurrent_runs_replay_apart(
+    recording_sink: RecordingSink,
+) -> None:
+    results = await asyncio.gather(observed.run(), observed.run())
+    assert groundswell.flush_sinks()
+    run_ids = {e.run_id for e in recording_sink.events}
+    assert run_ids == {r.node.id for r in results}
+    trees = EventTree.replay_all(e.to_record() for e in recording_sink.events)
+    assert sorted(t.root.id for t in trees) == sorted(r.node.id for r in results)  # type: ignore[union-attr]
+    for tree in trees:
+        original = next(r.tree for r in results if r.node.id == tree.root.id)  # type: ignore[union-attr]
+        assert tree == original
+
+
+class ExitingSink(RaisingSink):
+    def handle(self, event: Event) -> None:
+        self.calls += 1
+        raise SystemExit(3)
+
+
+async def test_sink_raising_system_exit_is_isolated_too(add_sink: Callable[..., str]) -> None:
+    bad = ExitingSink()
+    add_sink(bad, "exiting")
+    await observed.run()
+    await observed.run()
+    assert groundswell.flush_sinks(timeout=5)
+    assert bad.calls == 14
+
+
+def test_stuck_sink_is_not_closed_under_its_own_feet(caplog: pytest.LogCaptureFixture) -> None:
+    stuck = BlockingSink()
+    closed: list[bool] = []
+    stuck.close = lambda: closed.append(True)  # type: ignore[method-assign]
+    hub = SinkHub({"stuck": stuck})
+    tree = EventTree()
+    node = tree.start_node("workflow", "w")
+    hub.dispatch(Event("node_event", node, {"id": node.id, "event": {}}))
+    time.sleep(0.05)
+    with caplog.at_level(logging.WARNING, "groundswell.sinks"):
+        hub.close(timeout=0.1)
+    assert closed == [] and "stuck in handle()" in caplog.text
+    stuck.release.set()

@@ -138,3 +138,43 @@ def test_render_shows_status_duration_and_errors() -> None:
     assert text.splitlines()[0].startswith("… workflow root")
     assert "✗ tool_call a2" in text and "ValueError: bad input" in text
     assert "└── " in text and "├── " in text
+
+
+def two_runs_interleaved() -> list[dict[str, object]]:
+    one, _ = small_tree()
+    two = EventTree()
+    two.start_node(NodeType.WORKFLOW, "other")
+    a, b = [e.to_record() for e in one.events()], [e.to_record() for e in two.events()]
+    return [a[0], b[0], *a[1:], *b[1:]]
+
+
+def test_interleaved_runs_replay_into_separate_trees(tmp_path: Path) -> None:
+    records = two_runs_interleaved()
+    trees = EventTree.replay_all(records)
+    assert [t.root.name for t in trees] == ["root", "other"]  # type: ignore[union-attr]
+    assert trees[0] == small_tree()[0].__class__.from_json(trees[0].to_json())
+    path = tmp_path / "two.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    assert len(EventTree.load_all(path)) == 2
+    with pytest.raises(ValueError, match=r"holds 2 runs .*use EventTree.load_all"):
+        EventTree.load(path)
+
+
+def test_log_cut_mid_line_loads_what_was_written(tmp_path: Path) -> None:
+    tree, _ = small_tree()
+    path = tree.save(tmp_path / "run.jsonl")
+    path.write_text(path.read_text() + '{"kind": "node_st')
+    assert EventTree.load(path) == tree
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join([lines[0], "garbage", *lines[1:]]))
+    with pytest.raises(ValueError, match=r"line 2: not JSON"):
+        EventTree.load(path)
+
+
+def test_replay_errors_say_what_is_wrong() -> None:
+    with pytest.raises(ValueError, match="event 1: expected an object"):
+        EventTree.replay([["not", "an", "object"]])  # type: ignore[list-item]
+    orphan = {"kind": "node_start", "data": {"id": "x", "type": "step", "name": "s",
+                                              "timestamp": 0, "parent_id": "gone"}}  # fmt: skip
+    with pytest.raises(ValueError, match="names parent 'gone', which is not in the log"):
+        EventTree.replay([orphan])

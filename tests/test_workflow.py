@@ -437,3 +437,158 @@ def test_node_type_of_runs_and_steps() -> None:
     result = asyncio.run(flow.run())
     assert result.node.type is NodeType.WORKFLOW
     assert result.node.children[0].type is NodeType.STEP
+
+
+class Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no str for you")
+
+
+class BadRepr:
+    def __repr__(self) -> str:
+        raise RuntimeError("no repr for you")
+
+
+async def test_exception_that_cannot_be_printed_still_fails_cleanly() -> None:
+    @workflow(name="odd")
+    async def flow(ctx: WorkflowContext) -> None:
+        async def boom() -> None:
+            raise Unprintable
+
+        await ctx.step("s", boom)
+
+    with pytest.raises(WorkflowError) as info:
+        await flow.run()
+    assert info.value.node_path == "odd/s"
+    assert isinstance(info.value.__cause__, Unprintable)
+    (step,) = info.value.result.tree.find(name="s")  # type: ignore[union-attr]
+    assert step.status == "failed"
+    assert step.error == {"type": "Unprintable", "message": "<unprintable Unprintable>"}
+
+
+async def test_output_that_cannot_be_printed_is_recorded_as_such() -> None:
+    @workflow
+    async def flow(ctx: WorkflowContext) -> str:
+        await ctx.step("bad", lambda: BadRepr())
+        ctx.state["bad"] = BadRepr()
+        return "fine"
+
+    result = await flow.run()
+    assert result.output == "fine"
+    (step,) = result.tree.find(name="bad")
+    assert step.status == "completed" and step.payload["output"] == "<unprintable BadRepr>"
+
+
+async def test_taskgroup_failure_names_the_failing_step() -> None:
+    @workflow(name="tg")
+    async def flow(ctx: WorkflowContext) -> None:
+        async def fail() -> None:
+            raise KeyError("missing")
+
+        async with asyncio.TaskGroup() as group:
+            group.create_task(ctx.step("ok", asyncio.sleep(0)))
+            group.create_task(ctx.step("bad", fail))
+
+    with pytest.raises(WorkflowError) as info:
+        await flow.run()
+    assert info.value.node_path == "tg/bad"
+    assert isinstance(info.value.__cause__, KeyError)
+    assert "tg/bad: KeyError" in str(info.value)
+
+
+async def test_the_same_exception_object_in_two_runs_reports_each_runs_path() -> None:
+    shared = KeyError("shared")
+
+    def raise_shared() -> None:
+        raise shared
+
+    @workflow(name="first")
+    async def first(ctx: WorkflowContext) -> None:
+        await ctx.step("first-step", raise_shared)
+
+    @workflow(name="second")
+    async def second(ctx: WorkflowContext) -> None:
+        await ctx.step("second-step", raise_shared)
+
+    for wf, path in [(first, "first/first-step"), (second, "second/second-step")]:
+        with pytest.raises(WorkflowError) as info:
+            await wf.run()
+        assert info.value.node_path == path
+
+
+async def test_steps_are_refused_once_the_workflow_has_ended() -> None:
+    kept: list[WorkflowContext] = []
+
+    @workflow(name="done")
+    async def flow(ctx: WorkflowContext) -> None:
+        kept.append(ctx)
+
+    await flow.run()
+    with pytest.raises(ConfigurationError, match="workflow 'done' has already ended"):
+        await kept[0].step("late", lambda: 1)
+
+
+async def test_work_left_running_by_a_failed_run_is_reported() -> None:
+    release = asyncio.Event()
+
+    @workflow(name="g")
+    async def flow(ctx: WorkflowContext) -> None:
+        async def fail() -> None:
+            raise ValueError("x")
+
+        await asyncio.gather(ctx.step("slow", release.wait), ctx.step("fail", fail))
+
+    with pytest.raises(WorkflowError) as info:
+        await flow.run()
+    root = info.value.result.node  # type: ignore[union-attr]
+    (event,) = [e for e in root.events if e["type"] == "detached"]
+    assert event["nodes"] == ["g/slow"] and event["count"] == 1
+    release.set()
+    await asyncio.sleep(0.01)
+
+
+@pytest.mark.parametrize("bad", [True, float("nan"), float("inf"), 0, "1"])
+async def test_nonsense_timeouts_are_refused(bad: Any) -> None:
+    @workflow
+    async def flow(ctx: WorkflowContext) -> None:
+        await ctx.step("s", lambda: 1, timeout=bad)
+
+    with pytest.raises(WorkflowError) as info:
+        await flow.run()
+    assert "timeout must be seconds > 0" in str(info.value.__cause__)
+
+
+async def test_timed_out_step_records_why() -> None:
+    @workflow
+    async def flow(ctx: WorkflowContext) -> None:
+        await ctx.step("slow", asyncio.sleep(5), timeout=0.01)
+
+    with pytest.raises(StepTimeout) as info:
+        await flow.run()
+    (node,) = info.value.result.tree.find(name="slow")  # type: ignore[union-attr]
+    assert node.error == {"type": "StepTimeout", "message": "step 'slow' timed out after 0.01s"}
+
+
+async def test_event_data_cannot_shadow_type_or_timestamp() -> None:
+    @workflow
+    async def flow(ctx: WorkflowContext) -> None:
+        groundswell.record_event("note", text="hi")
+        with pytest.raises(ValueError, match="reserved key"):
+            groundswell.record_event("note", timestamp=1)
+
+    result = await flow.run()
+    assert result.node.events[0]["text"] == "hi"
+
+
+async def test_nested_result_in_a_step_output_is_summarised() -> None:
+    @workflow(name="kid")
+    async def kid(ctx: WorkflowContext) -> int:
+        return 7
+
+    @workflow
+    async def flow(ctx: WorkflowContext) -> None:
+        await ctx.step("call", lambda: kid.run())
+
+    result = await flow.run()
+    output = result.tree.root.children[0].payload["output"]  # type: ignore[union-attr]
+    assert output["status"] == "completed" and output["output"] == 7

@@ -1,0 +1,111 @@
+"""Canonical JSON: one text for equal values, whatever their key order or container type.
+
+Used wherever determinism matters: rendering a prompt's ``data`` into the user
+turn, and (later) cache keys. Canonical forms of non-JSON values:
+
+=====================  ==================================================
+value                  canonical form
+=====================  ==================================================
+dict / Mapping         object with keys sorted (keys made strings)
+tuple, list            array
+set, frozenset         array sorted by each item's canonical text
+datetime, date, time   ISO 8601 string (``datetime.isoformat()``)
+Decimal                string (``str(d)``), so precision is kept
+UUID                   string (canonical hex with hyphens)
+bytes, bytearray       ``{"$bytes": "<base64>"}``
+Enum                   its ``value`` in canonical form
+pydantic model         ``model_dump(mode="json")``
+dataclass              object of its fields
+float NaN / ±inf       the strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"``
+=====================  ==================================================
+
+Anything else is a ``TypeError`` naming the type and where it was found; a
+container that contains itself is a ``TypeError`` too.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import datetime as dt
+import decimal
+import enum
+import json
+import math
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel
+
+__all__ = ["canonical_json", "canonicalize"]
+
+
+def canonicalize(value: Any) -> Any:
+    """Return ``value`` converted to plain JSON data in its canonical form."""
+    return _canon(value, "$", set())
+
+
+def canonical_json(value: Any, *, indent: int | None = None) -> str:
+    """The canonical JSON text of ``value``: sorted keys, no insignificant whitespace."""
+    separators = (",", ":") if indent is None else (",", ": ")
+    return json.dumps(
+        canonicalize(value),
+        sort_keys=True,
+        ensure_ascii=False,
+        separators=separators,
+        indent=indent,
+        allow_nan=False,
+    )
+
+
+def _canon(value: Any, where: str, seen: set[int]) -> Any:
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "NaN"
+        if math.isinf(value):
+            return "Infinity" if value > 0 else "-Infinity"
+        return value
+    if isinstance(value, enum.Enum):
+        return _canon(value.value, where, seen)
+    if isinstance(value, dt.datetime | dt.date | dt.time):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal | uuid.UUID):
+        return str(value)
+    if isinstance(value, bytes | bytearray):
+        return {"$bytes": base64.b64encode(bytes(value)).decode("ascii")}
+    if isinstance(value, BaseModel):
+        return _canon(value.model_dump(mode="json"), where, seen)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+        return _nested(value, fields, where, seen)
+    if isinstance(value, Mapping | list | tuple | set | frozenset):
+        return _nested(value, value, where, seen)
+    raise TypeError(
+        f"cannot make a canonical JSON form of {type(value).__name__} at {where}; "
+        "convert it to JSON data (dict, list, str, number, bool, None) first"
+    )
+
+
+def _nested(owner: Any, value: Any, where: str, seen: set[int]) -> Any:
+    marker = id(owner)
+    if marker in seen:
+        raise TypeError(f"circular reference at {where}: a container contains itself")
+    seen.add(marker)
+    try:
+        if isinstance(value, Mapping):
+            out: dict[str, Any] = {}
+            for k, v in value.items():
+                key = (
+                    k if isinstance(k, str) else json.dumps(_canon(k, where, seen), sort_keys=True)
+                )
+                out[key] = _canon(v, f"{where}.{key}", seen)
+            return out
+        items = [_canon(v, f"{where}[{i}]", seen) for i, v in enumerate(value)]
+        if isinstance(value, set | frozenset):
+            items.sort(key=lambda item: json.dumps(item, sort_keys=True))
+        return items
+    finally:
+        seen.discard(marker)

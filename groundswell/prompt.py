@@ -1,0 +1,157 @@
+"""Prompts and per-call overrides.
+
+Precedence for every setting: ``PromptOverrides`` > ``Prompt`` > ``Agent``.
+A setting left as ``None`` is "not set" and falls through to the next level.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel
+
+from ._canonical import canonical_json
+from .errors import ConfigurationError
+
+__all__ = ["Prompt", "PromptOverrides", "create_prompt", "render_user"]
+
+T = TypeVar("T")
+
+# Messages API request fields an Agent or PromptOverrides accepts by their API names.
+API_FIELDS = (
+    "model",
+    "system",
+    "tools",
+    "tool_choice",
+    "max_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "stop_sequences",
+    "metadata",
+    "thinking",
+    "betas",
+    "container",
+    "service_tier",
+    "extra_headers",
+    "extra_body",
+)
+# Groundswell settings that travel with the API fields.
+LOOP_FIELDS = ("mcps", "skills", "hooks", "env", "max_turns")
+
+
+def render_user(user: str, data: Any) -> str:
+    """The user turn for ``user`` and ``data``.
+
+    ``data`` is appended as canonical JSON (keys sorted, two-space indent)
+    inside ``<data>`` tags, so equal data always renders to the same text::
+
+        Judge this diff
+
+        <data>
+        {
+          "diff": "..."
+        }
+        </data>
+    """
+    if data is None:
+        return user
+    return f"{user}\n\n<data>\n{canonical_json(data, indent=2)}\n</data>"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Prompt(Generic[T]):
+    """One request to an agent: the user text, data, and the type of answer wanted.
+
+    Immutable; ``prompt.with_(user=...)`` derives a new one. ``response_format``
+    is a pydantic model class (the agent returns a validated instance) or
+    ``None`` (the agent returns the text).
+    """
+
+    user: str
+    data: Any = None
+    response_format: type[T] | None = None
+    system: str | Sequence[Mapping[str, Any]] | None = None
+    tools: Sequence[Any] | None = None
+    mcps: Sequence[Any] | None = None
+    skills: Sequence[Any] | None = None
+    hooks: Mapping[str, Any] | None = None
+    enable_reflection: bool | None = None
+    extract: Any = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.user, str) or not self.user.strip():
+            raise ConfigurationError(
+                f"Prompt.user must be a non-empty string, got {self.user!r:.60}"
+            )
+        fmt = self.response_format
+        if fmt is not None and not (isinstance(fmt, type) and issubclass(fmt, BaseModel)):
+            raise ConfigurationError(
+                f"Prompt.response_format must be a pydantic BaseModel subclass or None, got {fmt!r}"
+            )
+        if self.data is not None:
+            try:
+                render_user(self.user, self.data)
+            except TypeError as exc:
+                raise ConfigurationError(f"Prompt.data cannot be rendered: {exc}") from exc
+
+    def with_(self, **changes: Any) -> Prompt[Any]:
+        """A copy with ``changes`` applied (the original is unchanged)."""
+        unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
+        if unknown:
+            raise ConfigurationError(f"Prompt has no field(s) {sorted(unknown)}")
+        return dataclasses.replace(self, **changes)
+
+    def render(self) -> str:
+        """The user turn sent to the model (see :func:`render_user`)."""
+        return render_user(self.user, self.data)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PromptOverrides:
+    """Per-call settings that win over the prompt and the agent.
+
+    Takes every Messages API request field by its API name, plus ``mcps``,
+    ``skills``, ``hooks``, ``env``, ``max_turns``, ``disable_cache`` and
+    ``enable_reflection``.
+    """
+
+    model: str | None = None
+    system: str | Sequence[Mapping[str, Any]] | None = None
+    tools: Sequence[Any] | None = None
+    tool_choice: Mapping[str, Any] | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    stop_sequences: Sequence[str] | None = None
+    metadata: Mapping[str, Any] | None = None
+    thinking: Mapping[str, Any] | None = None
+    betas: Sequence[str] | None = None
+    container: Any = None
+    service_tier: str | None = None
+    extra_headers: Mapping[str, str] | None = None
+    extra_body: Mapping[str, Any] | None = None
+    mcps: Sequence[Any] | None = None
+    skills: Sequence[Any] | None = None
+    hooks: Mapping[str, Any] | None = None
+    env: Mapping[str, str] | None = None
+    max_turns: int | None = None
+    disable_cache: bool | None = None
+    enable_reflection: bool | None = None
+
+    def set_fields(self) -> dict[str, Any]:
+        """The settings given explicitly (not ``None``)."""
+        return {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if getattr(self, f.name) is not None
+        }
+
+
+def create_prompt(user: str, **fields: Any) -> Prompt[Any]:
+    """Build a :class:`Prompt` at run time (e.g. inside a tool or step)."""
+    return Prompt(user=user, **fields)

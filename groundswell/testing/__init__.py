@@ -1,0 +1,49 @@
+"""Test Groundswell code with no network: a fake Anthropic API and test models.
+
+```python
+from groundswell.testing import FakeAnthropicAPI, text, tool_use
+
+fake = FakeAnthropicAPI([tool_use("add", {"a": 1, "b": 2}), text("3")])
+agent = Agent(name="calc", tools=[add], client=fake.client())
+assert await agent.prompt("1 + 2?") == "3"
+assert fake.requests[1].tool_results()[0]["content"] == "3"
+```
+
+The pytest plugin (installed with Groundswell) provides the ``fake_anthropic``
+and ``fake_anthropic_server`` fixtures.
+"""
+
+from ._fake import FAKE_API_KEY, FakeAnthropicAPI, LoopbackServer, estimate_tokens
+from ._replies import (
+    ErrorReply,
+    FunctionModel,
+    MessagesRequest,
+    Reply,
+    SchemaModel,
+    ScriptedModel,
+    error,
+    json_reply,
+    sample_from_schema,
+    text,
+    tool_calls,
+    tool_use,
+)
+
+__all__ = [
+    "FAKE_API_KEY",
+    "ErrorReply",
+    "FakeAnthropicAPI",
+    "FunctionModel",
+    "LoopbackServer",
+    "MessagesRequest",
+    "Reply",
+    "SchemaModel",
+    "ScriptedModel",
+    "error",
+    "estimate_tokens",
+    "json_reply",
+    "sample_from_schema",
+    "text",
+    "tool_calls",
+    "tool_use",
+]

@@ -1,0 +1,314 @@
+"""A fake Anthropic Messages API that speaks the real wire protocol.
+
+Use it in-process (``fake.client()``: the real ``anthropic.AsyncAnthropic``
+over an ``httpx2.MockTransport``) or on a loopback port (``fake.serve()``: a
+real HTTP server thread). Either way the SDK does its real work: request
+encoding, SSE decoding, retries, error classes.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import anthropic
+import httpx2
+
+from ._replies import (
+    Answer,
+    ErrorReply,
+    FakeModel,
+    FunctionModel,
+    MessagesRequest,
+    Reply,
+    SchemaModel,
+    ScriptedModel,
+    error,
+    new_id,
+)
+
+__all__ = ["FakeAnthropicAPI", "LoopbackServer"]
+
+FAKE_API_KEY = "sk-ant-fake-key-for-tests"
+
+
+def estimate_tokens(value: Any) -> int:
+    """About four characters a token, as the API's own rule of thumb; at least 1."""
+    size = len(value) if isinstance(value, str) else len(json.dumps(value, default=str))
+    return max(1, (size + 3) // 4)
+
+
+def _sse(event: str, data: dict[str, Any]) -> bytes:
+    return f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
+
+
+def _chunks(text: str, size: int = 16) -> list[str]:
+    return [text[i : i + size] for i in range(0, len(text), size)] or [""]
+
+
+class FakeAnthropicAPI:
+    """The fake API: answers ``POST /v1/messages`` and ``/v1/messages/count_tokens``.
+
+    ``model`` chooses the answers: ``None`` for :class:`SchemaModel` (no script
+    needed), a list of replies for a :class:`ScriptedModel`, a function of the
+    request for a :class:`FunctionModel`, or any object with ``respond(request)``.
+    Every request is recorded in :attr:`requests`. With ``api_key`` set, other
+    keys get a real 401.
+    """
+
+    def __init__(
+        self,
+        model: FakeModel | list[Answer] | Callable[[MessagesRequest], Answer | str] | None = None,
+        *,
+        api_key: str | None = None,
+    ) -> None:
+        if model is None:
+            self.model: FakeModel = SchemaModel()
+        elif isinstance(model, list):
+            self.model = ScriptedModel(model)
+        elif callable(model) and not hasattr(model, "respond"):
+            self.model = FunctionModel(model)
+        else:
+            self.model = model
+        self.api_key = api_key
+        self.requests: list[MessagesRequest] = []
+        self.count_token_requests: list[MessagesRequest] = []
+        self._lock = threading.Lock()
+
+    # -- scripting ------------------------------------------------------------------
+
+    def add(self, *replies: Answer) -> FakeAnthropicAPI:
+        """Queue replies (switching to a scripted model if needed); returns self."""
+        if not isinstance(self.model, ScriptedModel):
+            self.model = ScriptedModel()
+        self.model.add(*replies)
+        return self
+
+    @property
+    def message_requests(self) -> list[MessagesRequest]:
+        """The ``/v1/messages`` requests received, oldest first."""
+        return list(self.requests)
+
+    # -- the protocol ---------------------------------------------------------------
+
+    def handle(
+        self, method: str, path: str, headers: dict[str, str], raw: bytes
+    ) -> tuple[int, dict[str, str], Iterator[bytes]]:
+        """Answer one HTTP request: status, headers, body chunks."""
+        headers = {k.lower(): v for k, v in headers.items()}
+        route = path.split("?", 1)[0]
+        if method != "POST" or route not in ("/v1/messages", "/v1/messages/count_tokens"):
+            return self._error(error(404, f"no route for {method} {route}"))
+        key = headers.get("x-api-key") or headers.get("authorization", "").removeprefix("Bearer ")
+        if not key or (self.api_key is not None and key != self.api_key):
+            return self._error(error(401, "invalid x-api-key"))
+        try:
+            body = json.loads(raw or b"{}")
+        except json.JSONDecodeError as exc:
+            return self._error(error(400, f"request body is not JSON: {exc}"))
+        # Never keep the key itself in what tests can read back.
+        safe_headers = {k: v for k, v in headers.items() if k not in ("x-api-key", "authorization")}
+        request = MessagesRequest(path=path, headers=safe_headers, body=body)
+        if route.endswith("count_tokens"):
+            with self._lock:
+                self.count_token_requests.append(request)
+            parts = [body.get("system"), body.get("messages"), body.get("tools")]
+            tokens = sum(estimate_tokens(p) for p in parts if p)
+            return self._json(200, {"input_tokens": tokens})
+        missing = [f for f in ("model", "messages", "max_tokens") if f not in body]
+        if missing:
+            return self._error(error(400, f"{', '.join(missing)}: Field required"))
+        with self._lock:
+            self.requests.append(request)
+        answer = self.model.respond(request)
+        if isinstance(answer, ErrorReply):
+            return self._error(answer)
+        if answer.delay:
+            time.sleep(answer.delay)
+        message = self._message(request, answer)
+        if request.stream:
+            return 200, {"content-type": "text/event-stream"}, self._stream(message, answer)
+        return self._json(200, message)
+
+    def _message(self, request: MessagesRequest, reply: Reply) -> dict[str, Any]:
+        body = request.body
+        usage = {
+            "input_tokens": estimate_tokens(
+                [body.get("system"), body["messages"], body.get("tools")]
+            ),
+            "output_tokens": estimate_tokens(reply.content),
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": 0,
+        }
+        usage.update(reply.usage or {})
+        return {
+            "id": new_id("msg"),
+            "type": "message",
+            "role": "assistant",
+            "model": reply.model or request.model,
+            "content": reply.content,
+            "stop_reason": reply.stop_reason,
+            "stop_sequence": None,
+            "usage": usage,
+        }
+
+    def _stream(self, message: dict[str, Any], reply: Reply) -> Iterator[bytes]:
+        start = {**message, "content": [], "stop_reason": None}
+        start["usage"] = {**message["usage"], "output_tokens": 1}
+        yield _sse("message_start", {"type": "message_start", "message": start})
+        yield _sse("ping", {"type": "ping"})
+        for index, block in enumerate(message["content"]):
+            yield from self._stream_block(index, block)
+        if reply.stream_error is not None:
+            yield _sse("error", reply.stream_error.body())
+            return
+        yield _sse(
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
+                "usage": {"output_tokens": message["usage"]["output_tokens"]},
+            },
+        )
+        yield _sse("message_stop", {"type": "message_stop"})
+
+    def _stream_block(self, index: int, block: dict[str, Any]) -> Iterator[bytes]:
+        kind = block.get("type")
+        first: dict[str, Any]
+        deltas: list[dict[str, Any]]
+        if kind == "text":
+            first = {"type": "text", "text": ""}
+            deltas = [{"type": "text_delta", "text": c} for c in _chunks(block["text"])]
+        elif kind == "tool_use":
+            first = {**block, "input": {}}
+            deltas = [
+                {"type": "input_json_delta", "partial_json": c}
+                for c in _chunks(json.dumps(block.get("input", {})))
+            ]
+        elif kind == "thinking":
+            first = {"type": "thinking", "thinking": "", "signature": ""}
+            deltas = [{"type": "thinking_delta", "thinking": c} for c in _chunks(block["thinking"])]
+            deltas.append({"type": "signature_delta", "signature": block.get("signature", "sig")})
+        else:  # server tool blocks and the like arrive whole
+            first, deltas = block, []
+        yield _sse(
+            "content_block_start",
+            {"type": "content_block_start", "index": index, "content_block": first},
+        )
+        for delta in deltas:
+            yield _sse(
+                "content_block_delta",
+                {"type": "content_block_delta", "index": index, "delta": delta},
+            )
+        yield _sse("content_block_stop", {"type": "content_block_stop", "index": index})
+
+    @staticmethod
+    def _json(
+        status: int, body: dict[str, Any], headers: dict[str, str] | None = None
+    ) -> tuple[int, dict[str, str], Iterator[bytes]]:
+        payload = json.dumps(body).encode()
+        out = {"content-type": "application/json", "request-id": new_id("req"), **(headers or {})}
+        return status, out, iter([payload])
+
+    def _error(self, reply: ErrorReply) -> tuple[int, dict[str, str], Iterator[bytes]]:
+        return self._json(reply.status, reply.body(), reply.headers)
+
+    # -- in-process -----------------------------------------------------------------
+
+    def transport(self) -> httpx2.MockTransport:
+        """An ``httpx2`` transport that answers in-process."""
+
+        def handler(request: httpx2.Request) -> httpx2.Response:
+            status, headers, chunks = self.handle(
+                request.method,
+                request.url.raw_path.decode(),
+                dict(request.headers),
+                request.content,
+            )
+            return httpx2.Response(status, headers=headers, content=b"".join(chunks))
+
+        return httpx2.MockTransport(handler)
+
+    def client(self, **kwargs: Any) -> anthropic.AsyncAnthropic:
+        """A real ``anthropic.AsyncAnthropic`` wired to this fake in-process.
+
+        Keyword arguments go to the client (e.g. ``max_retries=0``).
+        """
+        kwargs.setdefault("api_key", self.api_key or FAKE_API_KEY)
+        kwargs.setdefault("base_url", "http://fake-anthropic.invalid")
+        kwargs.setdefault("http_client", httpx2.AsyncClient(transport=self.transport()))
+        return anthropic.AsyncAnthropic(**kwargs)
+
+    # -- on a port ------------------------------------------------------------------
+
+    def serve(self, host: str = "127.0.0.1", port: int = 0) -> LoopbackServer:
+        """Start a real HTTP server thread for this fake (use as a context manager)."""
+        return LoopbackServer(self, host, port)
+
+
+class LoopbackServer:
+    """The fake on a real loopback port; ``base_url`` points at it."""
+
+    def __init__(self, fake: FakeAnthropicAPI, host: str, port: int) -> None:
+        self.fake = fake
+        handler = type("Handler", (_Handler,), {"fake": fake})
+        self._server = ThreadingHTTPServer((host, port), handler)
+        self._server.daemon_threads = True
+        self.base_url = f"http://{host}:{self._server.server_address[1]}"
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="fake-anthropic", daemon=True
+        )
+        self._thread.start()
+
+    def client(self, **kwargs: Any) -> anthropic.AsyncAnthropic:
+        """A real ``anthropic.AsyncAnthropic`` talking to this server over TCP."""
+        kwargs.setdefault("api_key", self.fake.api_key or FAKE_API_KEY)
+        kwargs.setdefault("base_url", self.base_url)
+        return anthropic.AsyncAnthropic(**kwargs)
+
+    def close(self) -> None:
+        """Stop the server and its thread."""
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(5)
+
+    def __enter__(self) -> LoopbackServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    fake: FakeAnthropicAPI
+    protocol_version = "HTTP/1.1"
+    # Without this, small SSE writes sit in Nagle's buffer and streams stutter.
+    disable_nagle_algorithm = True
+
+    def do_POST(self) -> None:
+        raw = self.rfile.read(int(self.headers.get("content-length") or 0))
+        status, headers, chunks = self.fake.handle("POST", self.path, dict(self.headers), raw)
+        self.send_response(status)
+        for key, value in headers.items():
+            self.send_header(key, value)
+        if headers.get("content-type") == "text/event-stream":
+            self.send_header("transfer-encoding", "chunked")
+            self.end_headers()
+            for chunk in chunks:
+                self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+                self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+        else:
+            payload = b"".join(chunks)
+            self.send_header("content-length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+    do_GET = do_POST
+
+    def log_message(self, format: str, *args: Any) -> None:  # keep test output clean
+        pass

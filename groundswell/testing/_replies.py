@@ -1,0 +1,341 @@
+"""What the fake API answers with: replies, errors, and the models that choose them."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeAlias
+
+__all__ = [
+    "ErrorReply",
+    "FunctionModel",
+    "MessagesRequest",
+    "Reply",
+    "SchemaModel",
+    "ScriptedModel",
+    "error",
+    "json_reply",
+    "sample_from_schema",
+    "text",
+    "tool_calls",
+    "tool_use",
+]
+
+_ids = itertools.count(1)
+
+# Error types and messages the real API uses for each status code.
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    402: "billing_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    504: "timeout_error",
+    529: "overloaded_error",
+}
+
+
+def new_id(prefix: str) -> str:
+    """A fresh id like the API's (``msg_…``, ``toolu_…``), unique per process."""
+    return f"{prefix}_fake{next(_ids):06d}"
+
+
+@dataclass
+class Reply:
+    """A successful Messages API answer: content blocks plus stop reason and usage.
+
+    ``stream_error`` makes a streamed reply break off with an ``event: error``
+    after its content; ``delay`` (seconds) holds the answer back.
+    """
+
+    content: list[dict[str, Any]]
+    stop_reason: str = "end_turn"
+    usage: dict[str, int] | None = None
+    model: str | None = None
+    stream_error: ErrorReply | None = None
+    delay: float = 0.0
+
+
+@dataclass
+class ErrorReply:
+    """An API error with the real status code, error type and headers."""
+
+    status: int
+    message: str
+    type: str
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "type": "error",
+            "error": {"type": self.type, "message": self.message},
+            "request_id": new_id("req"),
+        }
+
+
+Answer: TypeAlias = "Reply | ErrorReply"
+
+
+def text(
+    value: str, *, stop_reason: str = "end_turn", usage: dict[str, int] | None = None
+) -> Reply:
+    """A reply with one text block."""
+    return Reply([{"type": "text", "text": value}], stop_reason=stop_reason, usage=usage)
+
+
+def json_reply(value: Any) -> Reply:
+    """A reply whose text is ``value`` as JSON (what structured output returns)."""
+    return text(json.dumps(value))
+
+
+def tool_use(
+    name: str, input: dict[str, Any], *, id: str | None = None, text: str | None = None
+) -> Reply:
+    """A reply asking for one tool call (optionally after some text)."""
+    return tool_calls((name, input), text=text, ids=[id] if id else None)
+
+
+def tool_calls(
+    *calls: tuple[str, dict[str, Any]], text: str | None = None, ids: list[str] | None = None
+) -> Reply:
+    """A reply asking for several tool calls at once (the model's parallel tool use)."""
+    content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+    for i, (name, args) in enumerate(calls):
+        call_id = ids[i] if ids and i < len(ids) else new_id("toolu")
+        content.append({"type": "tool_use", "id": call_id, "name": name, "input": args})
+    return Reply(content, stop_reason="tool_use")
+
+
+def error(
+    status: int,
+    message: str | None = None,
+    *,
+    type: str | None = None,
+    retry_after: float | None = None,
+) -> ErrorReply:
+    """An error answer. ``retry_after`` (seconds) sets ``retry-after`` and ``retry-after-ms``."""
+    kind = type or ERROR_TYPES.get(status, "api_error")
+    headers: dict[str, str] = {}
+    if retry_after is not None:
+        headers["retry-after"] = str(max(0, round(retry_after)))
+        headers["retry-after-ms"] = str(int(retry_after * 1000))
+    return ErrorReply(status, message or kind.replace("_", " "), kind, headers)
+
+
+@dataclass
+class MessagesRequest:
+    """One request the fake received, decoded."""
+
+    path: str
+    headers: dict[str, str]
+    body: dict[str, Any]
+
+    @property
+    def model(self) -> str:
+        return str(self.body.get("model", ""))
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        return list(self.body.get("messages", []))
+
+    @property
+    def system(self) -> Any:
+        return self.body.get("system")
+
+    @property
+    def tools(self) -> list[dict[str, Any]]:
+        return list(self.body.get("tools", []))
+
+    @property
+    def stream(self) -> bool:
+        return bool(self.body.get("stream"))
+
+    @property
+    def output_schema(self) -> dict[str, Any] | None:
+        """The JSON schema asked for through ``output_config.format``, if any."""
+        fmt = (self.body.get("output_config") or {}).get("format") or {}
+        schema = fmt.get("schema") if fmt.get("type") == "json_schema" else None
+        return schema if isinstance(schema, dict) else None
+
+    def last_user_text(self) -> str:
+        """The text of the last user message (tool results excluded)."""
+        for message in reversed(self.messages):
+            if message.get("role") != "user":
+                continue
+            content = message.get("content")
+            if isinstance(content, str):
+                return content
+            texts = [b.get("text", "") for b in content if b.get("type") == "text"]
+            if texts:
+                return "\n".join(texts)
+        return ""
+
+    def tool_results(self) -> list[dict[str, Any]]:
+        """Every ``tool_result`` block sent so far, oldest first."""
+        out: list[dict[str, Any]] = []
+        for message in self.messages:
+            content = message.get("content")
+            if message.get("role") == "user" and isinstance(content, list):
+                out += [b for b in content if b.get("type") == "tool_result"]
+        return out
+
+    def tools_called(self) -> list[str]:
+        """Names of the tools the assistant has called so far in this conversation."""
+        out: list[str] = []
+        for message in self.messages:
+            content = message.get("content")
+            if message.get("role") == "assistant" and isinstance(content, list):
+                out += [b["name"] for b in content if b.get("type") == "tool_use"]
+        return out
+
+
+class FakeModel(Protocol):
+    """Chooses the answer to a request."""
+
+    def respond(self, request: MessagesRequest) -> Answer: ...
+
+
+class ScriptedModel:
+    """Answers with the given replies in order; an exhausted script is a 400 naming the request."""
+
+    def __init__(self, replies: Iterable[Answer] = ()) -> None:
+        self._replies = list(replies)
+        self._lock = threading.Lock()
+
+    def add(self, *replies: Answer) -> None:
+        """Queue more replies."""
+        with self._lock:
+            self._replies.extend(replies)
+
+    @property
+    def remaining(self) -> int:
+        return len(self._replies)
+
+    def respond(self, request: MessagesRequest) -> Answer:
+        with self._lock:
+            if self._replies:
+                return self._replies.pop(0)
+        return error(
+            400,
+            "groundswell.testing: the script has no reply left for this request "
+            f"(last user text: {request.last_user_text()[:80]!r}); queue more replies",
+        )
+
+
+class FunctionModel:
+    """Answers with ``fn(request)``; return a :class:`Reply`, an error, or a plain string."""
+
+    def __init__(self, fn: Callable[[MessagesRequest], Answer | str]) -> None:
+        self.fn = fn
+
+    def respond(self, request: MessagesRequest) -> Answer:
+        answer = self.fn(request)
+        return text(answer) if isinstance(answer, str) else answer
+
+
+class SchemaModel:
+    """A model that needs no script, like pydantic-ai's TestModel.
+
+    It first calls every offered custom tool once (all in one turn, with
+    arguments valid for each tool's input schema), then answers: with JSON valid
+    for the requested output schema when there is one, otherwise with
+    ``final_text`` (default: the tool results as JSON, or a fixed sentence).
+    """
+
+    def __init__(self, *, call_tools: bool = True, final_text: str | None = None) -> None:
+        self.call_tools = call_tools
+        self.final_text = final_text
+
+    def respond(self, request: MessagesRequest) -> Answer:
+        if self.call_tools:
+            called = set(request.tools_called())
+            pending = [
+                t for t in request.tools if "input_schema" in t and t.get("name") not in called
+            ]
+            if pending:
+                return tool_calls(
+                    *((t["name"], sample_from_schema(t["input_schema"])) for t in pending)
+                )
+        schema = request.output_schema
+        if schema is not None:
+            return json_reply(sample_from_schema(schema))
+        if self.final_text is not None:
+            return text(self.final_text)
+        results = request.tool_results()
+        if results:
+            return text(json.dumps([_result_text(r) for r in results]))
+        return text("This is a reply from the offline test model.")
+
+
+def _result_text(block: dict[str, Any]) -> str:
+    content = block.get("content")
+    if isinstance(content, list):
+        return "".join(b.get("text", "") for b in content if b.get("type") == "text")
+    return str(content or "")
+
+
+_FORMATS = {
+    "date-time": "2024-01-01T00:00:00Z",
+    "date": "2024-01-01",
+    "time": "00:00:00",
+    "email": "user@example.com",
+    "uri": "https://example.com",
+    "uuid": "00000000-0000-4000-8000-000000000000",
+}
+
+
+def sample_from_schema(schema: dict[str, Any], defs: dict[str, Any] | None = None) -> Any:
+    """A value valid for a JSON schema: every property filled, arrays with their minimum."""
+    return _sample(schema, defs if defs is not None else schema.get("$defs", {}), 0)
+
+
+def _sample(schema: Any, defs: dict[str, Any], depth: int) -> Any:
+    if not isinstance(schema, dict) or depth > 20:
+        return None
+    if "$ref" in schema:
+        return _sample(defs.get(schema["$ref"].split("/")[-1], {}), defs, depth + 1)
+    if "const" in schema:
+        return schema["const"]
+    if "default" in schema:
+        return schema["default"]
+    if schema.get("enum"):
+        return schema["enum"][0]
+    for key in ("anyOf", "oneOf"):
+        if key in schema:
+            options = [o for o in schema[key] if o.get("type") != "null"] or schema[key]
+            return _sample(options[0], defs, depth + 1)
+    if "allOf" in schema:
+        merged: dict[str, Any] = {}
+        for part in schema["allOf"]:
+            merged.update(part)
+        return _sample(merged, defs, depth + 1)
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), "null")
+    if kind == "object" or (kind is None and "properties" in schema):
+        props = schema.get("properties", {})
+        return {name: _sample(sub, defs, depth + 1) for name, sub in props.items()}
+    if kind == "array":
+        count = max(1, int(schema.get("minItems", 1)))
+        return [_sample(schema.get("items", {}), defs, depth + 1) for _ in range(count)]
+    if kind == "string":
+        sample = _FORMATS.get(schema.get("format", ""), "example")
+        return sample.ljust(int(schema.get("minLength", 0)), "x")
+    if kind in ("integer", "number"):
+        low = schema.get("minimum", schema.get("exclusiveMinimum"))
+        value = 0 if low is None else (low + 1 if "exclusiveMinimum" in schema else low)
+        high = schema.get("maximum")
+        if high is not None and value > high:
+            value = high
+        return int(value) if kind == "integer" else float(value)
+    if kind == "boolean":
+        return True
+    if kind == "null":
+        return None
+    return "example"

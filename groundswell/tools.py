@@ -1,0 +1,335 @@
+"""Tools an agent can call: Python callables, provider toolsets, skills, MCP servers.
+
+Every tool ends up as an Anthropic tool definition (``name``, ``description``,
+``input_schema``) plus a handler. Anthropic tool dicts without a handler
+(server tools such as web search) pass through to the API unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import os
+import re
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, get_type_hints
+
+import pydantic
+from pydantic import BaseModel
+
+from .errors import ConfigurationError, ToolError
+
+__all__ = ["MCPBridge", "Skill", "Tool", "ToolContext", "tool_result_content"]
+
+_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """Given to a tool that declares a parameter annotated ``ToolContext``.
+
+    ``env`` is the agent's ``env`` (never ``os.environ``); ``node_id`` is the
+    tool call's node in the event tree.
+    """
+
+    agent: str
+    tool_use_id: str
+    env: Mapping[str, str] = field(default_factory=dict)
+    node_id: str | None = None
+
+
+def _doc_parts(fn: Callable[..., Any]) -> tuple[str, dict[str, str]]:
+    """The description (docstring before ``Args:``) and per-argument descriptions."""
+    doc = inspect.getdoc(fn) or ""
+    head, _, rest = doc.partition("\nArgs:")
+    params: dict[str, str] = {}
+    current = None
+    for line in rest.splitlines():
+        match = re.match(r"^\s{2,}(\w+)(?:\s*\([^)]*\))?:\s*(.*)$", line)
+        if match:
+            current = match.group(1)
+            params[current] = match.group(2).strip()
+        elif current and line.strip() and not re.match(r"^\S", line):
+            params[current] += " " + line.strip()
+        elif line.strip() and re.match(r"^\S", line):
+            break  # the next section (Returns:, Raises:)
+    return head.strip(), params
+
+
+class Tool:
+    """A tool the model can call, built from a Python function (sync or async).
+
+    The input schema comes from the signature (types via pydantic) and the
+    docstring (first paragraph as description, ``Args:`` entries per argument).
+    A parameter annotated :class:`ToolContext` is filled in by the agent and
+    left out of the schema. Sync functions run in a worker thread.
+    """
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        input_schema: dict[str, Any] | None = None,
+    ) -> None:
+        if not callable(fn):
+            raise ToolError(f"a tool needs a callable, got {type(fn).__name__}")
+        self.fn = fn
+        self.name: str = name or str(getattr(fn, "__name__", ""))
+        if not _NAME.match(self.name):
+            raise ToolError(
+                f"tool name {self.name!r} is invalid: use 1-64 letters, digits, '_' or '-'"
+            )
+        doc, arg_docs = _doc_parts(fn)
+        self.description = description if description is not None else doc or self.name
+        self._context_param: str | None = None
+        self._model: type[BaseModel] | None = None
+        if input_schema is not None:
+            self.input_schema = input_schema
+        else:
+            self._model = self._build_model(arg_docs)
+            schema = self._model.model_json_schema()
+            schema.pop("title", None)
+            self.input_schema = schema
+
+    def _build_model(self, arg_docs: dict[str, str]) -> type[BaseModel]:
+        try:
+            hints = get_type_hints(self.fn)
+        except Exception as exc:
+            raise ToolError(f"tool {self.name!r}: cannot resolve its type hints: {exc}") from exc
+        fields: dict[str, Any] = {}
+        for param in inspect.signature(self.fn).parameters.values():
+            if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+                continue
+            annotation = hints.get(param.name, Any)
+            if annotation is ToolContext:
+                self._context_param = param.name
+                continue
+            default = ... if param.default is param.empty else param.default
+            fields[param.name] = (
+                annotation,
+                pydantic.Field(default, description=arg_docs.get(param.name)),
+            )
+        try:
+            return pydantic.create_model(f"{self.name}_input", **fields)
+        except Exception as exc:
+            raise ToolError(f"tool {self.name!r}: cannot build an input schema: {exc}") from exc
+
+    def definition(self) -> dict[str, Any]:
+        """The Anthropic tool definition."""
+        return {
+            "name": self.name,
+            "description": self.description,
+            "input_schema": self.input_schema,
+        }
+
+    async def run(self, arguments: Mapping[str, Any], context: ToolContext) -> Any:
+        """Validate ``arguments`` and call the function; errors propagate."""
+        if self._model is not None:
+            try:
+                validated = self._model.model_validate(dict(arguments))
+            except pydantic.ValidationError as exc:
+                raise ToolError(f"invalid input for tool {self.name!r}: {exc}") from exc
+            kwargs = {k: getattr(validated, k) for k in type(validated).model_fields}
+        else:
+            kwargs = dict(arguments)
+        if self._context_param:
+            kwargs[self._context_param] = context
+        if inspect.iscoroutinefunction(self.fn):
+            return await self.fn(**kwargs)
+        result = await asyncio.to_thread(self.fn, **kwargs)
+        return await result if inspect.isawaitable(result) else result
+
+    def __repr__(self) -> str:
+        return f"Tool({self.name!r})"
+
+
+def tool_result_content(value: Any) -> str | list[dict[str, Any]]:
+    """A tool's return value as ``tool_result`` content: text, or content blocks as given."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, BaseModel):
+        return value.model_dump_json()
+    if (
+        isinstance(value, list)
+        and value
+        and all(
+            isinstance(b, dict) and b.get("type") in ("text", "image", "document") for b in value
+        )
+    ):
+        return value
+    try:
+        return json.dumps(value, default=str, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+class Skill:
+    """A local skill folder with a ``SKILL.md`` (YAML front matter: name, description).
+
+    Its name and description go into the system prompt; the agent gets a
+    ``read_skill`` tool that returns the body.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        folder = Path(path)
+        file = folder / "SKILL.md" if folder.is_dir() else folder
+        if not file.is_file():
+            raise ConfigurationError(f"Skill({str(path)!r}): no SKILL.md found there")
+        text = file.read_text(encoding="utf-8")
+        meta: dict[str, str] = {}
+        body = text
+        if text.startswith("---"):
+            _, front, body = text.split("---", 2)
+            for line in front.strip().splitlines():
+                key, _, value = line.partition(":")
+                meta[key.strip()] = value.strip().strip("'\"")
+        self.path = file
+        self.name = meta.get("name") or file.parent.name
+        self.description = meta.get("description", "")
+        self.body = body.strip()
+
+    def __repr__(self) -> str:
+        return f"Skill({self.name!r})"
+
+
+def skills_tool(skills: Sequence[Skill]) -> Tool:
+    """The ``read_skill`` tool serving the bodies of local skills."""
+    by_name = {s.name: s for s in skills}
+
+    def read_skill(name: str) -> str:
+        """Read the full instructions of one of your skills.
+
+        Args:
+            name: The skill's name, as listed in your instructions.
+        """
+        skill = by_name.get(name)
+        if skill is None:
+            raise ToolError(f"no skill named {name!r}; available: {sorted(by_name)}")
+        return skill.body
+
+    return Tool(read_skill)
+
+
+def skills_system_text(skills: Sequence[Skill]) -> str:
+    """The system-prompt section that tells the model which local skills it has."""
+    lines = [f"- {s.name}: {s.description}" for s in skills]
+    return (
+        "You have these skills. Call the read_skill tool with a skill's name to read "
+        "its full instructions before using it:\n" + "\n".join(lines)
+    )
+
+
+@dataclass
+class _MCPTool:
+    """A tool of a connected MCP server, named ``mcp__<server>__<tool>``."""
+
+    name: str
+    server: str
+    remote_name: str
+    description: str
+    input_schema: dict[str, Any]
+    call: Callable[[str, dict[str, Any]], Awaitable[Any]]
+
+    def definition(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "input_schema": self.input_schema,
+        }
+
+
+class MCPBridge:
+    """Connects an agent's local MCP servers for one prompt and exposes their tools."""
+
+    def __init__(self, mcps: Sequence[Any], env: Mapping[str, str]) -> None:
+        self.local: list[tuple[str, Any]] = []
+        self.remote: list[dict[str, Any]] = []
+        for item in mcps:
+            self._add(item, env)
+        self.tools: list[_MCPTool] = []
+        self._stack = AsyncExitStack()
+
+    def _add(self, item: Any, env: Mapping[str, str]) -> None:
+        from mcp import StdioServerParameters
+        from mcp.server.mcpserver import MCPServer
+
+        if isinstance(item, MCPServer):
+            self.local.append((_server_name(item.name), item))
+            return
+        if not isinstance(item, Mapping):
+            raise ConfigurationError(
+                f"mcps items must be an MCPServer or a config dict, got {type(item).__name__}"
+            )
+        kind = item.get("type", "stdio")
+        name = item.get("name")
+        if not name:
+            raise ConfigurationError(f"MCP server config needs a 'name': {dict(item)!r:.120}")
+        if kind == "stdio":
+            if not item.get("command"):
+                raise ConfigurationError(f"stdio MCP server {name!r} needs a 'command'")
+            params = StdioServerParameters(
+                command=item["command"],
+                args=list(item.get("args", [])),
+                # The agent's env and the server's own env reach the subprocess;
+                # os.environ is never modified.
+                env={**env, **item.get("env", {})} or None,
+                cwd=item.get("cwd"),
+            )
+            self.local.append((_server_name(name), params))
+        elif kind == "url":
+            remote = {k: v for k, v in item.items() if k != "type"}
+            remote["type"] = "url"
+            self.remote.append(remote)
+        else:
+            raise ConfigurationError(
+                f"MCP server {name!r}: unknown type {kind!r} (use 'stdio' or 'url')"
+            )
+
+    async def __aenter__(self) -> MCPBridge:
+        from mcp import Client
+
+        try:
+            for server_name, target in self.local:
+                client = await self._stack.enter_async_context(Client(target))
+                listed = await client.list_tools()
+                for tool in listed.tools:
+                    self.tools.append(
+                        _MCPTool(
+                            name=f"mcp__{server_name}__{tool.name}",
+                            server=server_name,
+                            remote_name=tool.name,
+                            description=tool.description or tool.name,
+                            input_schema=dict(tool.input_schema),
+                            call=client.call_tool,
+                        )
+                    )
+        except BaseException:
+            await self._stack.aclose()
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._stack.aclose()
+
+
+def _server_name(name: str) -> str:
+    cleaned = re.sub(r"[^a-zA-Z0-9_-]", "_", name)
+    return cleaned or "server"
+
+
+async def call_mcp_tool(tool: _MCPTool, arguments: dict[str, Any]) -> tuple[str, bool]:
+    """Call an MCP tool; returns (text content, is_error)."""
+    result = await tool.call(tool.remote_name, arguments)
+    parts: list[str] = []
+    for block in result.content:
+        text = getattr(block, "text", None)
+        parts.append(text if isinstance(text, str) else block.model_dump_json())
+    if not parts and result.structured_content is not None:
+        parts.append(json.dumps(result.structured_content))
+    return "\n".join(parts), bool(result.is_error)
