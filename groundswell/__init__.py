@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.metadata as _metadata
 
+from .agent import Agent, PromptResult, StreamEvent, create_agent
 from .cache import Cache
 from .context import Frame, current_frame, current_node, current_tree, record_event
 from .errors import (
@@ -20,10 +21,13 @@ from .errors import (
     WorkflowError,
 )
 from .events import Event, Sink, SinkHub
+from .hooks import PromptBlocked
 from .hookspecs import CacheBackend, EventSink, ReflectionStrategy, ToolProvider, hookimpl
 from .plugins import PluginInfo, PluginManager, flush_sinks, get_plugin_manager
+from .prompt import Prompt, PromptOverrides, create_prompt
+from .tools import Skill, Tool, ToolContext
 from .tree import EventNode, EventTree, NodeStatus, NodeType
-from .workflow import Workflow, WorkflowContext, WorkflowResult, workflow
+from .workflow import Workflow, WorkflowContext, WorkflowResult, create_workflow, workflow
 
 try:
     __version__ = _metadata.version("groundswell")
@@ -31,6 +35,7 @@ except _metadata.PackageNotFoundError:  # running from a source tree that was ne
     __version__ = "0.0.0"
 
 __all__ = [
+    "Agent",
     "Cache",
     "CacheBackend",
     "ConfigurationError",
@@ -48,12 +53,20 @@ __all__ = [
     "PluginError",
     "PluginInfo",
     "PluginManager",
+    "Prompt",
+    "PromptBlocked",
+    "PromptOverrides",
+    "PromptResult",
     "ReflectionStrategy",
     "ResponseValidationError",
     "Sink",
     "SinkHub",
+    "Skill",
     "StepTimeout",
+    "StreamEvent",
     "TokenBudgetExceeded",
+    "Tool",
+    "ToolContext",
     "ToolError",
     "ToolProvider",
     "Workflow",
@@ -61,6 +74,9 @@ __all__ = [
     "WorkflowError",
     "WorkflowResult",
     "__version__",
+    "create_agent",
+    "create_prompt",
+    "create_workflow",
     "current_frame",
     "current_node",
     "current_tree",

@@ -24,11 +24,15 @@ __all__ = ["Frame", "current_frame", "current_node", "current_tree", "record_eve
 
 @dataclass(frozen=True, slots=True)
 class Frame:
-    """The current position in a run: its tree, the node code runs under, its workflow."""
+    """The current position in a run: its tree, the node code runs under, its workflow.
+
+    ``agent`` is the agent whose prompt (or tool call) is running, if any.
+    """
 
     tree: EventTree
     node: EventNode
     workflow: WorkflowContext | None = None
+    agent: Any = None
 
 
 _frame: ContextVar[Frame | None] = ContextVar("groundswell_frame", default=None)

@@ -23,7 +23,7 @@ from .context import Frame, _frame, new_run_tree
 from .errors import ConfigurationError, StepTimeout, WorkflowError
 from .tree import EventNode, EventTree, NodeStatus, NodeType
 
-__all__ = ["Workflow", "WorkflowContext", "WorkflowResult", "workflow"]
+__all__ = ["Workflow", "WorkflowContext", "WorkflowResult", "create_workflow", "workflow"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -347,6 +347,13 @@ def _workflow_error(name: str, exc: BaseException, result: WorkflowResult[Any]) 
     reason = error_record(cause)["message"]  # never raises, and secrets are scrubbed
     message = f"workflow {name!r} failed at {path}: {type(cause).__name__}: {reason}"
     return cls(message, node_path=path, result=result)
+
+
+def create_workflow(
+    executor: Callable[Concatenate[WorkflowContext, P], Awaitable[T]], name: str | None = None
+) -> Workflow[P, T]:
+    """Build a :class:`Workflow` at run time; it mounts wherever it is run."""
+    return Workflow(executor, name=name)
 
 
 @overload

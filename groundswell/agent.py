@@ -1,0 +1,684 @@
+"""Agents: the loop of model turns, tool calls and hooks, on ``anthropic.AsyncAnthropic``.
+
+Each ``agent.prompt()`` is a ``prompt`` node under whatever runs now (a new
+tree's root outside any run); each model round trip is a ``model_call`` child,
+each tool call a ``tool_call`` (or ``mcp_call``) child.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, Literal, TypeVar, overload
+
+import anthropic
+from pydantic import BaseModel
+
+from ._serialize import jsonable, register_secret
+from .context import Frame, _frame, new_run_tree
+from .errors import ConfigurationError, MaxTurnsExceeded, ToolError
+from .hooks import HookRunner, PromptBlocked, blocked, specific
+from .model import api_error, build_request, call_model, is_retryable_stream_error, parse_output
+from .plugins import get_plugin_manager
+from .prompt import API_FIELDS, LOOP_FIELDS, Prompt, PromptOverrides
+from .tools import (
+    MCPBridge,
+    Skill,
+    Tool,
+    ToolContext,
+    _MCPTool,
+    call_mcp_tool,
+    skills_system_text,
+    skills_tool,
+    tool_result_content,
+)
+from .tree import EventNode, EventTree, NodeStatus, NodeType
+
+__all__ = ["DEFAULT_MODEL", "Agent", "PromptResult", "StreamEvent", "create_agent"]
+
+T = TypeVar("T")
+DEFAULT_MODEL = os.environ.get("GROUNDSWELL_MODEL", "claude-sonnet-4-5")
+MID_STREAM_RETRIES = 2
+_PREVIEW = 2_000
+
+
+@dataclass(frozen=True)
+class StreamEvent:
+    """One item of ``agent.stream()``.
+
+    ``type`` is ``text`` (``text`` holds a delta), ``tool_input`` (``tool_input``
+    holds a partial-JSON delta), ``tool_call`` (``tool_call``: id, name, input),
+    ``tool_result`` (``tool_result``: tool_use_id, name, content, is_error) or,
+    last, ``result`` (``result`` is the validated output).
+    """
+
+    type: Literal["text", "tool_input", "tool_call", "tool_result", "result"]
+    text: str | None = None
+    tool_input: str | None = None
+    tool_call: dict[str, Any] | None = None
+    tool_result: dict[str, Any] | None = None
+    result: Any = None
+
+
+@dataclass
+class PromptResult(Generic[T]):
+    """What :meth:`Agent.run` returns: the output plus where it sits in the tree."""
+
+    output: T
+    tree: EventTree
+    node: EventNode
+    usage: dict[str, int] = field(default_factory=dict)
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    turns: int = 0
+
+
+class _Tools:
+    """The tools of one prompt: handlers by name and the definitions sent to the API."""
+
+    def __init__(self) -> None:
+        self.handlers: dict[str, Tool | _MCPTool] = {}
+        self.definitions: list[dict[str, Any]] = []
+
+    def add(self, item: Any) -> None:
+        if isinstance(item, Tool | _MCPTool):
+            definition = item.definition()
+            self.handlers[item.name] = item
+        elif isinstance(item, Mapping):
+            definition = dict(item)  # an Anthropic tool dict: passed through unchanged
+        elif callable(item):
+            self.add(Tool(item))
+            return
+        else:
+            raise ConfigurationError(
+                f"tools items must be callables, groundswell.Tool, Anthropic tool dicts or "
+                f"toolset names; got {type(item).__name__}"
+            )
+        name = definition.get("name")
+        if any(d.get("name") == name for d in self.definitions):
+            raise ConfigurationError(f"two tools are named {name!r}; tool names must be unique")
+        self.definitions.append(definition)
+
+
+class Agent:
+    """An LLM agent: a model, instructions, tools and hooks, with typed results.
+
+    Every Messages API request field is accepted by its API name (``model``,
+    ``system``, ``tools``, ``tool_choice``, ``max_tokens``, ``temperature``,
+    ``top_p``, ``top_k``, ``stop_sequences``, ``metadata``, ``thinking``,
+    ``betas``, ``container``, ``service_tier``, ``extra_headers``,
+    ``extra_body``), plus ``mcps``, ``skills``, ``hooks``, ``env`` and
+    ``max_turns``. ``client`` is an ``anthropic.AsyncAnthropic`` (one is made
+    from ``ANTHROPIC_API_KEY`` when omitted).
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str = "agent",
+        model: str | None = None,
+        system: str | Sequence[Mapping[str, Any]] | None = None,
+        tools: Sequence[Any] | None = None,
+        mcps: Sequence[Any] | None = None,
+        skills: Sequence[Any] | None = None,
+        hooks: Mapping[str, Any] | None = None,
+        env: Mapping[str, str] | None = None,
+        temperature: float | None = None,
+        max_tokens: int = 4096,
+        tool_choice: Mapping[str, Any] | None = None,
+        top_p: float | None = None,
+        top_k: int | None = None,
+        stop_sequences: Sequence[str] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        thinking: Mapping[str, Any] | None = None,
+        betas: Sequence[str] | None = None,
+        container: Any = None,
+        service_tier: str | None = None,
+        extra_headers: Mapping[str, str] | None = None,
+        extra_body: Mapping[str, Any] | None = None,
+        max_turns: int = 20,
+        client: anthropic.AsyncAnthropic | None = None,
+    ) -> None:
+        if not isinstance(name, str) or not name.strip():
+            raise ConfigurationError(f"Agent name must be a non-empty string, got {name!r}")
+        if not isinstance(max_tokens, int) or max_tokens < 1:
+            raise ConfigurationError(f"max_tokens must be a positive int, got {max_tokens!r}")
+        if not isinstance(max_turns, int) or max_turns < 1:
+            raise ConfigurationError(f"max_turns must be a positive int, got {max_turns!r}")
+        self.name = name
+        self.config: dict[str, Any] = {
+            "model": model or DEFAULT_MODEL,
+            "system": system,
+            "tools": list(tools or []),
+            "tool_choice": tool_choice,
+            "max_tokens": max_tokens,
+            "temperature": temperature,
+            "top_p": top_p,
+            "top_k": top_k,
+            "stop_sequences": stop_sequences,
+            "metadata": metadata,
+            "thinking": thinking,
+            "betas": betas,
+            "container": container,
+            "service_tier": service_tier,
+            "extra_headers": extra_headers,
+            "extra_body": extra_body,
+            "mcps": list(mcps or []),
+            "skills": list(skills or []),
+            "hooks": dict(hooks or {}),
+            "env": dict(env or {}),
+            "max_turns": max_turns,
+        }
+        for value in self.config["env"].values():
+            register_secret(str(value))
+        self._client = client
+        if client is not None and isinstance(client.api_key, str):
+            register_secret(client.api_key)
+
+    @property
+    def client(self) -> anthropic.AsyncAnthropic:
+        """The SDK client; created from the environment on first use if none was given."""
+        if self._client is None:
+            try:
+                self._client = anthropic.AsyncAnthropic()
+            except anthropic.AnthropicError as exc:
+                raise ConfigurationError(
+                    f"agent {self.name!r} has no client: {exc}. Set ANTHROPIC_API_KEY, or pass "
+                    "client=... (offline: groundswell.testing.FakeAnthropicAPI().client())"
+                ) from exc
+            if isinstance(self._client.api_key, str):
+                register_secret(self._client.api_key)
+        return self._client
+
+    # -- public API -----------------------------------------------------------------
+
+    @overload
+    async def prompt(self, prompt: Prompt[T], overrides: PromptOverrides | None = None) -> T: ...
+    @overload
+    async def prompt(self, prompt: str, overrides: PromptOverrides | None = None) -> str: ...
+
+    async def prompt(
+        self, prompt: Prompt[Any] | str, overrides: PromptOverrides | None = None
+    ) -> Any:
+        """Run the prompt to completion and return its validated output.
+
+        Returns a ``response_format`` instance, or the text when there is none.
+        Raises :class:`ModelAPIError`, :class:`ResponseValidationError`,
+        :class:`MaxTurnsExceeded`, :class:`ConfigurationError`.
+        """
+        return (await self.run(prompt, overrides)).output
+
+    async def run(
+        self, prompt: Prompt[Any] | str, overrides: PromptOverrides | None = None
+    ) -> PromptResult[Any]:
+        """Like :meth:`prompt`, but returns a :class:`PromptResult` with the tree and usage."""
+        return await self._run(_as_prompt(prompt), overrides or PromptOverrides(), None)
+
+    async def stream(
+        self, prompt: Prompt[Any] | str, overrides: PromptOverrides | None = None
+    ) -> AsyncIterator[StreamEvent]:
+        """Run the prompt, yielding deltas and tool activity; the last event is ``result``."""
+        queue: asyncio.Queue[StreamEvent | BaseException | None] = asyncio.Queue()
+
+        async def produce() -> None:
+            try:
+                result = await self._run(
+                    _as_prompt(prompt), overrides or PromptOverrides(), queue.put_nowait
+                )
+                queue.put_nowait(StreamEvent("result", result=result.output))
+            except BaseException as exc:
+                queue.put_nowait(exc)
+            finally:
+                queue.put_nowait(None)
+
+        task = asyncio.create_task(produce())
+        try:
+            while True:
+                item = await queue.get()
+                if item is None:
+                    break
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    async def reflect(self, prompt: Prompt[T] | str, overrides: PromptOverrides | None = None) -> T:
+        """Answer, then critique and revise that answer; returns the revised output.
+
+        Both passes are prompt nodes under one ``reflection`` node.
+        """
+        p = _as_prompt(prompt)
+        frame = _frame.get()
+        tree = frame.tree if frame else new_run_tree()
+        node = tree.start_node(
+            NodeType.REFLECTION, f"{self.name}:reflect", frame.node if frame else None
+        )
+        token = _frame.set(Frame(tree, node, frame.workflow if frame else None, self))
+        try:
+            first = await self.prompt(p, overrides)
+            answer = first.model_dump_json() if isinstance(first, BaseModel) else str(first)
+            revision = p.with_(
+                user=(
+                    f"{p.user}\n\nA previous answer to this request was:\n<answer>\n{answer}\n</answer>\n\n"
+                    "Critique that answer against the request: look for mistakes, omissions and "
+                    "unclear parts. Then reply with a complete, corrected answer in the same format."
+                )
+            )
+            revised = await self.prompt(revision, overrides)
+        except BaseException as exc:
+            tree.end_node(
+                node,
+                NodeStatus.CANCELLED
+                if isinstance(exc, asyncio.CancelledError)
+                else NodeStatus.FAILED,
+                error=None if isinstance(exc, asyncio.CancelledError) else exc,
+            )
+            raise
+        finally:
+            _frame.reset(token)
+        tree.end_node(node, NodeStatus.COMPLETED, output=revised, record_output=True)
+        return revised  # type: ignore[no-any-return]
+
+    # -- the loop -------------------------------------------------------------------
+
+    def _settings(self, prompt: Prompt[Any], overrides: PromptOverrides) -> dict[str, Any]:
+        settings = dict(self.config)
+        for name in ("system", "tools", "mcps", "skills", "hooks"):
+            value = getattr(prompt, name)
+            if value is not None:
+                settings[name] = value
+        settings.update(overrides.set_fields())
+        unknown = set(settings) - set(API_FIELDS) - set(LOOP_FIELDS) - {
+            "disable_cache", "enable_reflection", "token_budget",
+        }  # fmt: skip
+        if unknown:
+            raise ConfigurationError(f"unknown settings {sorted(unknown)}")
+        for value in (settings.get("env") or {}).values():
+            register_secret(str(value))
+        return settings
+
+    async def _run(
+        self,
+        prompt: Prompt[Any],
+        overrides: PromptOverrides,
+        emit: Callable[[StreamEvent], None] | None,
+    ) -> PromptResult[Any]:
+        settings = self._settings(prompt, overrides)
+        client = self.client
+        outer = _frame.get()
+        tree = outer.tree if outer else new_run_tree()
+        payload = {
+            "agent": self.name,
+            "model": settings["model"],
+            "user": prompt.user,
+            "response_format": prompt.response_format.__name__ if prompt.response_format else None,
+        }
+        if prompt.data is not None:
+            payload["data"] = jsonable(prompt.data)
+        node = tree.start_node(
+            NodeType.PROMPT, self.name, outer.node if outer else None, payload=payload
+        )
+        workflow = outer.workflow if outer else None
+        parent_agent: Agent | None = outer.agent if outer else None
+        token = _frame.set(Frame(tree, node, workflow, self))
+        usage: dict[str, int] = {}
+        try:
+            if parent_agent is not None:
+                await parent_agent._hooks_for(node).run(
+                    "SubagentStart", {"agent_id": node.id, "agent_type": self.name}
+                )
+            result = await self._loop(prompt, settings, client, tree, node, usage, emit)
+        except BaseException as exc:
+            node.metrics["usage"] = usage
+            if isinstance(exc, asyncio.CancelledError):
+                tree.end_node(node, NodeStatus.CANCELLED)
+            else:
+                tree.end_node(node, NodeStatus.FAILED, error=exc)
+            raise
+        finally:
+            _frame.reset(token)
+            if parent_agent is not None:
+                with contextlib.suppress(Exception):
+                    await parent_agent._hooks_for(node).run(
+                        "SubagentStop", {"agent_id": node.id, "stop_hook_active": False}
+                    )
+        node.metrics["usage"] = usage
+        node.metrics["turns"] = result.turns
+        tree.end_node(node, NodeStatus.COMPLETED, output=result.output, record_output=True)
+        result.tree, result.node, result.usage = tree, node, usage
+        return result
+
+    def _hooks_for(self, node: EventNode) -> HookRunner:
+        return HookRunner(self.config["hooks"], session_id=node.id)
+
+    async def _loop(
+        self,
+        prompt: Prompt[Any],
+        settings: dict[str, Any],
+        client: anthropic.AsyncAnthropic,
+        tree: EventTree,
+        node: EventNode,
+        usage: dict[str, int],
+        emit: Callable[[StreamEvent], None] | None,
+    ) -> PromptResult[Any]:
+        hooks = HookRunner(settings.get("hooks"), session_id=node.id)
+        user_text = prompt.render()
+        outputs = await hooks.run("UserPromptSubmit", {"prompt": user_text})
+        reason = next(
+            (str(o.get("reason") or "blocked") for o in outputs if o.get("decision") == "block"),
+            None,
+        )
+        if reason is not None:
+            raise PromptBlocked(f"a UserPromptSubmit hook blocked the prompt: {reason}")
+        extra = [s["additionalContext"] for s in specific(outputs) if s.get("additionalContext")]
+        if extra:
+            user_text = "\n\n".join([user_text, *map(str, extra)])
+
+        local_skills = [s for s in settings.get("skills") or [] if isinstance(s, Skill)]
+        api_skills = [s for s in settings.get("skills") or [] if isinstance(s, Mapping)]
+        if len(local_skills) + len(api_skills) != len(settings.get("skills") or []):
+            raise ConfigurationError(
+                "skills items must be groundswell.Skill objects or API skill dicts"
+            )
+        system = settings.get("system")
+        if local_skills:
+            section = skills_system_text(local_skills)
+            if isinstance(system, str) or system is None:
+                system = f"{system}\n\n{section}" if system else section
+            else:
+                system = [*system, {"type": "text", "text": section}]
+
+        env = dict(settings.get("env") or {})
+        async with MCPBridge(settings.get("mcps") or [], env) as bridge:
+            tools = _Tools()
+            for item in settings.get("tools") or []:
+                for resolved in _resolve_tool(item):
+                    tools.add(resolved)
+            if local_skills:
+                tools.add(skills_tool(local_skills))
+            for mcp_tool in bridge.tools:
+                tools.add(mcp_tool)
+
+            messages: list[dict[str, Any]] = [{"role": "user", "content": user_text}]
+            stop_hook_active = False
+            for turn in range(1, settings["max_turns"] + 1):
+                params, beta = build_request(
+                    settings,
+                    messages,
+                    tools=tools.definitions,
+                    system=system,
+                    response_format=prompt.response_format,
+                    mcp_servers=bridge.remote,
+                    api_skills=api_skills,
+                )
+                message = await self._model_turn(client, params, beta, tree, node, usage, emit)
+                content = [b.model_dump(mode="json", exclude_none=True) for b in message.content]
+                messages.append({"role": "assistant", "content": content})
+                calls = [b for b in content if b.get("type") == "tool_use"]
+                if message.stop_reason == "tool_use" and calls:
+                    results = await asyncio.gather(
+                        *(self._tool_call(c, tools, hooks, env, tree, node, emit) for c in calls)
+                    )
+                    messages.append({"role": "user", "content": list(results)})
+                    continue
+                if message.stop_reason == "pause_turn":
+                    continue  # a server tool paused a long turn: send it back to go on
+                text = "".join(b.get("text", "") for b in content if b.get("type") == "text")
+                stop = await hooks.run("Stop", {"stop_hook_active": stop_hook_active})
+                reason = next(
+                    (str(o.get("reason") or "") for o in stop if o.get("decision") == "block"), None
+                )
+                if reason is not None:
+                    stop_hook_active = True
+                    tree.add_event(node, "stop_blocked", reason=reason)
+                    messages.append({"role": "user", "content": reason or "Please continue."})
+                    continue
+                output = parse_output(text, prompt.response_format)
+                return PromptResult(
+                    output=output, tree=tree, node=node, messages=messages, turns=turn
+                )
+        raise MaxTurnsExceeded(
+            f"agent {self.name!r} did not finish within max_turns={settings['max_turns']} "
+            "model turns; raise max_turns or check the tools it keeps calling"
+        )
+
+    async def _model_turn(
+        self,
+        client: anthropic.AsyncAnthropic,
+        params: dict[str, Any],
+        beta: bool,
+        tree: EventTree,
+        parent: EventNode,
+        usage: dict[str, int],
+        emit: Callable[[StreamEvent], None] | None,
+    ) -> Any:
+        request = {
+            "model": params["model"],
+            "max_tokens": params["max_tokens"],
+            "messages": len(params["messages"]),
+            "tools": [t.get("name") for t in params.get("tools", [])],
+            "stream": emit is not None,
+        }
+        attempt = 0
+        while True:
+            attempt += 1
+            node = tree.start_node(
+                NodeType.MODEL_CALL, str(params["model"]), parent, payload={"request": request}
+            )
+            streamed: dict[str, list[str]] = {"text": [], "tool_input": []}
+
+            def on_delta(kind: str, delta: str, streamed: dict[str, list[str]] = streamed) -> None:
+                streamed[kind].append(delta)
+                assert emit is not None
+                emit(
+                    StreamEvent("text", text=delta)
+                    if kind == "text"
+                    else StreamEvent("tool_input", tool_input=delta)
+                )
+
+            try:
+                message = await call_model(client, params, beta, on_delta if emit else None)
+            except asyncio.CancelledError:
+                tree.end_node(node, NodeStatus.CANCELLED)
+                raise
+            except anthropic.AnthropicError as exc:
+                error = api_error(exc, str(params["model"]))
+                tree.end_node(node, NodeStatus.FAILED, error=error)
+                if is_retryable_stream_error(exc) and attempt <= MID_STREAM_RETRIES:
+                    tree.add_event(parent, "stream_retry", attempt=attempt, error=str(error))
+                    continue
+                raise error from exc
+            turn_usage = {k: v for k, v in message.usage.model_dump().items() if isinstance(v, int)}
+            for key, value in turn_usage.items():
+                usage[key] = usage.get(key, 0) + value
+            node.metrics["usage"] = turn_usage
+            node.metrics["attempt"] = attempt
+            text = "".join(getattr(b, "text", "") for b in message.content if b.type == "text")
+            node.payload["response"] = {
+                "id": message.id,
+                "model": message.model,
+                "stop_reason": message.stop_reason,
+                "text": text[:_PREVIEW],
+                "tool_calls": [b.name for b in message.content if b.type == "tool_use"],
+            }
+            if emit is not None:
+                node.payload["stream"] = {
+                    "text_deltas": len(streamed["text"]),
+                    "tool_input_deltas": len(streamed["tool_input"]),
+                }
+            tree.end_node(node, NodeStatus.COMPLETED)
+            return message
+
+    async def _tool_call(
+        self,
+        call: dict[str, Any],
+        tools: _Tools,
+        hooks: HookRunner,
+        env: dict[str, str],
+        tree: EventTree,
+        parent: EventNode,
+        emit: Callable[[StreamEvent], None] | None,
+    ) -> dict[str, Any]:
+        name, call_id, tool_input = call["name"], call["id"], dict(call.get("input") or {})
+        handler = tools.handlers.get(name)
+        kind = NodeType.MCP_CALL if isinstance(handler, _MCPTool) else NodeType.TOOL_CALL
+        node = tree.start_node(
+            kind, name, parent, payload={"tool_use_id": call_id, "input": jsonable(tool_input)}
+        )
+        outer = _frame.get()
+        token = _frame.set(Frame(tree, node, outer.workflow if outer else None, self))
+        if emit:
+            emit(
+                StreamEvent(
+                    "tool_call", tool_call={"id": call_id, "name": name, "input": tool_input}
+                )
+            )
+        is_error = False
+        error: BaseException | None = None
+        try:
+            pre = await hooks.run(
+                "PreToolUse",
+                {"tool_name": name, "tool_input": tool_input, "tool_use_id": call_id},
+                tool_name=name,
+                tool_use_id=call_id,
+            )
+            denied = blocked(pre)
+            updates = [
+                s["updatedInput"]
+                for s in specific(pre)
+                if isinstance(s.get("updatedInput"), Mapping)
+            ]
+            if denied is not None:
+                content: Any = f"Tool call blocked by a PreToolUse hook: {denied}"
+                is_error = True
+                error = ToolError(content)
+            else:
+                if updates:
+                    tool_input = dict(updates[-1])
+                    tree.add_event(node, "input_rewritten", input=tool_input)
+                try:
+                    if handler is None:
+                        raise ToolError(
+                            f"no local handler for tool {name!r} (available: {sorted(tools.handlers)})"
+                        )
+                    if isinstance(handler, _MCPTool):
+                        content, is_error = await call_mcp_tool(handler, tool_input)
+                        if is_error:
+                            error = ToolError(content)
+                    else:
+                        value = await handler.run(
+                            tool_input,
+                            ToolContext(
+                                agent=self.name, tool_use_id=call_id, env=env, node_id=node.id
+                            ),
+                        )
+                        content = tool_result_content(value)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    error, is_error = exc, True
+                    content = f"{type(exc).__name__}: {exc}"
+                if is_error:
+                    await hooks.run(
+                        "PostToolUseFailure",
+                        {
+                            "tool_name": name,
+                            "tool_input": tool_input,
+                            "tool_use_id": call_id,
+                            "error": content,
+                        },
+                        tool_name=name,
+                        tool_use_id=call_id,
+                    )
+                else:
+                    post = await hooks.run(
+                        "PostToolUse",
+                        {
+                            "tool_name": name,
+                            "tool_input": tool_input,
+                            "tool_use_id": call_id,
+                            "tool_response": content,
+                        },
+                        tool_name=name,
+                        tool_use_id=call_id,
+                    )
+                    for spec in specific(post):
+                        replaced = spec.get("updatedToolOutput", spec.get("updatedMCPToolOutput"))
+                        if replaced is not None:
+                            content = tool_result_content(replaced)
+                            tree.add_event(node, "output_rewritten")
+                        if spec.get("additionalContext"):
+                            content = f"{_as_text(content)}\n\n{spec['additionalContext']}"
+        except asyncio.CancelledError:
+            tree.end_node(node, NodeStatus.CANCELLED)
+            raise
+        except Exception as exc:  # a hook itself failed: the model sees it, the run goes on
+            error, is_error = exc, True
+            content = f"{type(exc).__name__}: {exc}"
+        finally:
+            _frame.reset(token)
+        node.payload["is_error"] = is_error
+        tree.end_node(
+            node,
+            NodeStatus.FAILED if is_error else NodeStatus.COMPLETED,
+            error=error,
+            output=content,
+            record_output=True,
+        )
+        block = {"type": "tool_result", "tool_use_id": call_id, "content": content}
+        if is_error:
+            block["is_error"] = True
+        if emit:
+            emit(
+                StreamEvent(
+                    "tool_result",
+                    tool_result={
+                        "tool_use_id": call_id,
+                        "name": name,
+                        "content": content,
+                        "is_error": is_error,
+                    },
+                )
+            )
+        return block
+
+    def __repr__(self) -> str:
+        return f"Agent({self.name!r}, model={self.config['model']!r})"
+
+
+def _as_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    return "".join(b.get("text", "") for b in content if isinstance(b, Mapping))
+
+
+def _as_prompt(prompt: Prompt[Any] | str) -> Prompt[Any]:
+    if isinstance(prompt, Prompt):
+        return prompt
+    if isinstance(prompt, str):
+        return Prompt(user=prompt)
+    raise ConfigurationError(f"expected a Prompt or a string, got {type(prompt).__name__}")
+
+
+def _resolve_tool(item: Any) -> list[Any]:
+    if not isinstance(item, str):
+        return [item]
+    providers = get_plugin_manager().tool_providers()
+    record = providers.get(item)
+    if record is None:
+        raise ConfigurationError(
+            f"no toolset named {item!r}; available: {sorted(providers) or 'none installed'}"
+        )
+    produced = record.factory()
+    return list(produced) if not isinstance(produced, Mapping | Tool) else [produced]
+
+
+def create_agent(**settings: Any) -> Agent:
+    """Build an :class:`Agent` at run time (inside a tool or step it mounts where it runs)."""
+    return Agent(**settings)

@@ -1,0 +1,168 @@
+"""Building Messages API requests and calling ``anthropic.AsyncAnthropic``.
+
+Fields pass through by their API names. ``temperature``, ``top_p`` and
+``top_k`` travel in ``extra_body`` (the SDK no longer names them); a
+``response_format`` becomes ``output_config.format`` with the model's JSON
+schema; requests with ``betas`` or remote ``mcp_servers`` use the SDK's beta
+namespace. SDK errors become :class:`ModelAPIError` with the SDK's exception
+as ``__cause__``; the SDK's own transport retries are left to the SDK.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import anthropic
+from pydantic import BaseModel, ValidationError
+
+from .errors import ModelAPIError, ResponseValidationError
+
+__all__ = ["build_request", "call_model", "parse_output"]
+
+SAMPLING_FIELDS = ("temperature", "top_p", "top_k")
+PASSTHROUGH_FIELDS = (
+    "tool_choice",
+    "stop_sequences",
+    "metadata",
+    "thinking",
+    "service_tier",
+    "extra_headers",
+)
+# Error types that mean "try that turn again" when they arrive mid-stream.
+_RETRYABLE_STREAM_ERRORS = {"overloaded_error": 529, "api_error": 500, "timeout_error": 504}
+
+
+def build_request(
+    settings: Mapping[str, Any],
+    messages: list[dict[str, Any]],
+    *,
+    tools: Sequence[Mapping[str, Any]],
+    system: Any,
+    response_format: type[BaseModel] | None,
+    mcp_servers: Sequence[Mapping[str, Any]],
+    api_skills: Sequence[Mapping[str, Any]],
+) -> tuple[dict[str, Any], bool]:
+    """The keyword arguments for ``messages.create`` and whether to use the beta namespace."""
+    params: dict[str, Any] = {
+        "model": settings["model"],
+        "max_tokens": settings["max_tokens"],
+        "messages": messages,
+    }
+    if system:
+        params["system"] = system
+    if tools:
+        params["tools"] = list(tools)
+    for name in PASSTHROUGH_FIELDS:
+        if settings.get(name) is not None:
+            params[name] = settings[name]
+    extra_body = dict(settings.get("extra_body") or {})
+    for name in SAMPLING_FIELDS:
+        if settings.get(name) is not None:
+            extra_body[name] = settings[name]
+    if extra_body:
+        params["extra_body"] = extra_body
+    container = settings.get("container")
+    if api_skills:
+        base = dict(container) if isinstance(container, Mapping) else {}
+        if isinstance(container, str):
+            base["id"] = container
+        base["skills"] = [*base.get("skills", []), *api_skills]
+        container = base
+    if container is not None:
+        params["container"] = container
+    if response_format is not None:
+        params["output_config"] = {
+            "format": {"type": "json_schema", "schema": anthropic.transform_schema(response_format)}
+        }
+    beta = bool(settings.get("betas") or mcp_servers)
+    if beta:
+        if settings.get("betas"):
+            params["betas"] = list(settings["betas"])
+        if mcp_servers:
+            params["mcp_servers"] = [dict(s) for s in mcp_servers]
+    return params, beta
+
+
+def api_error(exc: Exception, model: str) -> ModelAPIError:
+    """A :class:`ModelAPIError` describing an SDK exception (raise it ``from exc``)."""
+    if isinstance(exc, anthropic.APIStatusError):
+        kind, message = _error_body(exc)
+        status = exc.status_code
+        if status == 200 and kind:  # an error event in the middle of a stream
+            status = _RETRYABLE_STREAM_ERRORS.get(kind, 500)
+        hint = {
+            401: " (check ANTHROPIC_API_KEY or the client's api_key)",
+            403: " (the key lacks permission for this model or feature)",
+            404: f" (is {model!r} a model name your key can use?)",
+            429: " (rate limited; the SDK's retries are used up)",
+        }.get(status, "")
+        return ModelAPIError(
+            f"Anthropic API error {status} {kind}: {message}{hint}", status_code=status
+        )
+    if isinstance(exc, anthropic.APITimeoutError):
+        return ModelAPIError("request to the Anthropic API timed out", status_code=None)
+    if isinstance(exc, anthropic.APIConnectionError):
+        return ModelAPIError(f"could not reach the Anthropic API: {exc}", status_code=None)
+    return ModelAPIError(f"Anthropic SDK error: {exc}", status_code=None)
+
+
+def _error_body(exc: anthropic.APIStatusError) -> tuple[str, str]:
+    body = exc.body if isinstance(exc.body, Mapping) else {}
+    err = body.get("error")
+    if not isinstance(err, Mapping):
+        return "", str(exc.message)
+    return str(err.get("type", "")), str(err.get("message", exc.message))
+
+
+def is_retryable_stream_error(exc: Exception) -> bool:
+    """True for an overloaded/server error that arrived as an SSE ``error`` event."""
+    if isinstance(exc, anthropic.APIStatusError) and exc.status_code == 200:
+        return _error_body(exc)[0] in _RETRYABLE_STREAM_ERRORS
+    return False
+
+
+async def call_model(
+    client: anthropic.AsyncAnthropic,
+    params: dict[str, Any],
+    beta: bool,
+    on_delta: Callable[[str, str], None] | None = None,
+) -> Any:
+    """One model round trip; streams when ``on_delta(kind, text)`` is given."""
+    api: Any = client.beta.messages if beta else client.messages
+    if on_delta is None:
+        return await api.create(**params)
+    async with api.stream(**params) as stream:
+        async for event in stream:
+            if event.type == "text":
+                on_delta("text", event.text)
+            elif event.type == "input_json":
+                on_delta("tool_input", event.partial_json)
+        return await stream.get_final_message()
+
+
+_FENCE = re.compile(r"^```(?:json)?\s*\n(.*)\n```\s*$", re.S)
+
+
+def parse_output(text: str, response_format: type[BaseModel] | None) -> Any:
+    """The final answer: the text itself, or a validated ``response_format`` instance."""
+    if response_format is None:
+        return text
+    candidate = text.strip()
+    fenced = _FENCE.match(candidate)
+    if fenced:  # without structured outputs some models wrap JSON in a code fence
+        candidate = fenced.group(1)
+    try:
+        return response_format.model_validate_json(candidate)
+    except ValidationError as exc:
+        errors = json.loads(exc.json(include_url=False))
+        summary = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}" for e in errors[:5]
+        )
+        raise ResponseValidationError(
+            f"the reply does not fit {response_format.__name__}: {summary}",
+            raw=text,
+            errors=errors,
+        ) from exc
