@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import importlib.metadata as _metadata
+from typing import TYPE_CHECKING, Any
 
-from .agent import Agent, PromptResult, StreamEvent, create_agent
 from .cache import Cache
 from .context import Frame, current_frame, current_node, current_tree, record_event
 from .errors import (
@@ -28,6 +28,27 @@ from .prompt import Prompt, PromptOverrides, create_prompt
 from .tools import Skill, Tool, ToolContext
 from .tree import EventNode, EventTree, NodeStatus, NodeType
 from .workflow import Workflow, WorkflowContext, WorkflowResult, create_workflow, workflow
+
+if TYPE_CHECKING:
+    from .agent import Agent, PromptResult, StreamEvent, create_agent
+
+# Importing anthropic takes over a second; only code that uses agents pays for it.
+_LAZY = {"Agent", "PromptResult", "StreamEvent", "create_agent"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        from . import agent
+
+        value = getattr(agent, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'groundswell' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | _LAZY)
+
 
 try:
     __version__ = _metadata.version("groundswell")

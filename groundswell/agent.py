@@ -40,7 +40,8 @@ from .tree import EventNode, EventTree, NodeStatus, NodeType
 __all__ = ["DEFAULT_MODEL", "Agent", "PromptResult", "StreamEvent", "create_agent"]
 
 T = TypeVar("T")
-DEFAULT_MODEL = os.environ.get("GROUNDSWELL_MODEL", "claude-sonnet-4-5")
+# claude-sonnet-4-5 reaches end-of-life on 2026-11-30 (the SDK warns); 4-6 is current.
+DEFAULT_MODEL = os.environ.get("GROUNDSWELL_MODEL", "claude-sonnet-4-6")
 MID_STREAM_RETRIES = 2
 _PREVIEW = 2_000
 
@@ -487,6 +488,16 @@ class Agent:
             except asyncio.CancelledError:
                 tree.end_node(node, NodeStatus.CANCELLED)
                 raise
+            except TypeError as exc:
+                if "authentication" not in str(exc):
+                    raise
+                # The SDK only notices a missing key when the request is built.
+                missing = ConfigurationError(
+                    f"agent {self.name!r} has no API key: set ANTHROPIC_API_KEY, or pass "
+                    "client=... (offline: groundswell.testing.FakeAnthropicAPI().client())"
+                )
+                tree.end_node(node, NodeStatus.FAILED, error=missing)
+                raise missing from exc
             except anthropic.AnthropicError as exc:
                 error = api_error(exc, str(params["model"]))
                 tree.end_node(node, NodeStatus.FAILED, error=error)

@@ -21,6 +21,7 @@ from typing import Any, get_type_hints
 import pydantic
 from pydantic import BaseModel
 
+from ._serialize import register_secret
 from .errors import ConfigurationError, ToolError
 
 __all__ = ["MCPBridge", "Skill", "Tool", "ToolContext", "tool_result_content"]
@@ -93,9 +94,7 @@ class Tool:
             self.input_schema = input_schema
         else:
             self._model = self._build_model(arg_docs)
-            schema = self._model.model_json_schema()
-            schema.pop("title", None)
-            self.input_schema = schema
+            self.input_schema = _without_titles(self._model.model_json_schema())
 
     def _build_model(self, arg_docs: dict[str, str]) -> type[BaseModel]:
         try:
@@ -147,6 +146,22 @@ class Tool:
 
     def __repr__(self) -> str:
         return f"Tool({self.name!r})"
+
+
+def _without_titles(schema: Any) -> Any:
+    """The schema without pydantic's auto-generated titles, which only cost tokens."""
+    if isinstance(schema, dict):
+        out = {
+            k: _without_titles(v)
+            for k, v in schema.items()
+            if k != "title" or not isinstance(v, str)
+        }
+        if isinstance(schema.get("properties"), dict):
+            out["properties"] = {k: _without_titles(v) for k, v in schema["properties"].items()}
+        return out
+    if isinstance(schema, list):
+        return [_without_titles(v) for v in schema]
+    return schema
 
 
 def tool_result_content(value: Any) -> str | list[dict[str, Any]]:
@@ -283,6 +298,8 @@ class MCPBridge:
             )
             self.local.append((_server_name(name), params))
         elif kind == "url":
+            if item.get("authorization_token"):
+                register_secret(str(item["authorization_token"]))
             remote = {k: v for k, v in item.items() if k != "type"}
             remote["type"] = "url"
             self.remote.append(remote)

@@ -18,12 +18,14 @@ BUNDLED = {p.name for p in (ROOT / "plugins").iterdir() if (p / "__init__.py").e
 
 def test_all_is_sorted_and_names_every_public_object() -> None:
     assert groundswell.__all__ == sorted(groundswell.__all__)
+    for name in groundswell.__all__:  # resolves the lazily imported names too
+        getattr(groundswell, name)
     public = {
         name
         for name, value in vars(groundswell).items()
         if not name.startswith("_") and not isinstance(value, types.ModuleType)
     }
-    public.discard("annotations")
+    public -= {"annotations", "TYPE_CHECKING", "Any"}
     assert public | {"__version__"} == set(groundswell.__all__)
     for name in groundswell.__all__:
         assert hasattr(groundswell, name), name
@@ -80,3 +82,9 @@ def test_kernel_imports_only_its_allowed_dependencies() -> None:
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
                 third_party.add(node.module.split(".")[0])
     assert third_party - stdlib - allowed - {"__future__"} == set()
+
+
+def test_importing_groundswell_does_not_import_the_anthropic_sdk() -> None:
+    code = "import sys, groundswell; print('anthropic' in sys.modules); groundswell.Agent; print('anthropic' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "True"]

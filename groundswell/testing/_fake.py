@@ -9,6 +9,7 @@ encoding, SSE decoding, retries, error classes.
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -256,7 +257,7 @@ class LoopbackServer:
     def __init__(self, fake: FakeAnthropicAPI, host: str, port: int) -> None:
         self.fake = fake
         handler = type("Handler", (_Handler,), {"fake": fake})
-        self._server = ThreadingHTTPServer((host, port), handler)
+        self._server = _Server((host, port), handler)
         self._server.daemon_threads = True
         self.base_url = f"http://{host}:{self._server.server_address[1]}"
         self._thread = threading.Thread(
@@ -281,6 +282,14 @@ class LoopbackServer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that hangs up mid-stream is normal in tests; anything else is not.
+        exc = sys.exc_info()[1]
+        if not isinstance(exc, ConnectionError):
+            super().handle_error(request, client_address)
 
 
 class _Handler(BaseHTTPRequestHandler):
