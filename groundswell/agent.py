@@ -23,7 +23,7 @@ from .errors import ConfigurationError, MaxTurnsExceeded, ToolError
 from .hooks import HookRunner, PromptBlocked, blocked, specific
 from .model import api_error, build_request, call_model, is_retryable_stream_error, parse_output
 from .plugins import get_plugin_manager
-from .prompt import API_FIELDS, LOOP_FIELDS, Prompt, PromptOverrides
+from .prompt import NO_OVERRIDES, Prompt, PromptOverrides
 from .tools import (
     MCPBridge,
     Skill,
@@ -215,7 +215,7 @@ class Agent:
         self, prompt: Prompt[Any] | str, overrides: PromptOverrides | None = None
     ) -> PromptResult[Any]:
         """Like :meth:`prompt`, but returns a :class:`PromptResult` with the tree and usage."""
-        return await self._run(_as_prompt(prompt), overrides or PromptOverrides(), None)
+        return await self._run(_as_prompt(prompt), overrides or NO_OVERRIDES, None)
 
     async def stream(
         self, prompt: Prompt[Any] | str, overrides: PromptOverrides | None = None
@@ -226,7 +226,7 @@ class Agent:
         async def produce() -> None:
             try:
                 result = await self._run(
-                    _as_prompt(prompt), overrides or PromptOverrides(), queue.put_nowait
+                    _as_prompt(prompt), overrides or NO_OVERRIDES, queue.put_nowait
                 )
                 queue.put_nowait(StreamEvent("result", result=result.output))
             except BaseException as exc:
@@ -294,14 +294,11 @@ class Agent:
             value = getattr(prompt, name)
             if value is not None:
                 settings[name] = value
-        settings.update(overrides.set_fields())
-        unknown = set(settings) - set(API_FIELDS) - set(LOOP_FIELDS) - {
-            "disable_cache", "enable_reflection", "token_budget",
-        }  # fmt: skip
-        if unknown:
-            raise ConfigurationError(f"unknown settings {sorted(unknown)}")
-        for value in (settings.get("env") or {}).values():
-            register_secret(str(value))
+        if overrides is not NO_OVERRIDES:
+            given = overrides.set_fields()
+            settings.update(given)
+            for value in (given.get("env") or {}).values():
+                register_secret(str(value))
         return settings
 
     async def _run(
@@ -396,7 +393,9 @@ class Agent:
                 system = [*system, {"type": "text", "text": section}]
 
         env = dict(settings.get("env") or {})
-        async with MCPBridge(settings.get("mcps") or [], env) as bridge:
+        mcps = settings.get("mcps") or []
+        # No MCP servers is the common case: skip connecting anything.
+        async with MCPBridge(mcps, env) if mcps else _NO_MCP as bridge:
             tools = _Tools()
             for item in settings.get("tools") or []:
                 for resolved in _resolve_tool(item):
@@ -419,7 +418,7 @@ class Agent:
                     api_skills=api_skills,
                 )
                 message = await self._model_turn(client, params, beta, tree, node, usage, emit)
-                content = [b.model_dump(mode="json", exclude_none=True) for b in message.content]
+                content = [_block(b) for b in message.content]
                 messages.append({"role": "assistant", "content": content})
                 calls = [b for b in content if b.get("type") == "tool_use"]
                 if message.stop_reason == "tool_use" and calls:
@@ -505,7 +504,7 @@ class Agent:
                     tree.add_event(parent, "stream_retry", attempt=attempt, error=str(error))
                     continue
                 raise error from exc
-            turn_usage = {k: v for k, v in message.usage.model_dump().items() if isinstance(v, int)}
+            turn_usage = _usage(message.usage)
             for key, value in turn_usage.items():
                 usage[key] = usage.get(key, 0) + value
             node.metrics["usage"] = turn_usage
@@ -661,6 +660,52 @@ class Agent:
 
     def __repr__(self) -> str:
         return f"Agent({self.name!r}, model={self.config['model']!r})"
+
+
+def _block(block: Any) -> dict[str, Any]:
+    """An SDK content block as the dict sent back in the next request."""
+    # Plain attribute reads for the common blocks: model_dump costs more than the rest
+    # of a turn's bookkeeping put together.
+    kind = block.type
+    if kind == "text" and not getattr(block, "citations", None):
+        return {"type": "text", "text": block.text}
+    if kind == "tool_use":
+        return {"type": "tool_use", "id": block.id, "name": block.name, "input": block.input}
+    dumped: dict[str, Any] = block.model_dump(mode="json", exclude_none=True)
+    return dumped
+
+
+_USAGE_FIELDS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_creation_input_tokens",
+    "cache_read_input_tokens",
+)
+
+
+def _usage(usage: Any) -> dict[str, int]:
+    return {
+        name: value
+        for name in _USAGE_FIELDS
+        if isinstance(value := getattr(usage, name, None), int)
+    }
+
+
+class _NoMCP:
+    """Stands in for MCPBridge when an agent has no MCP servers."""
+
+    local: tuple[Any, ...] = ()
+    remote: tuple[dict[str, Any], ...] = ()
+    tools: tuple[_MCPTool, ...] = ()
+
+    async def __aenter__(self) -> _NoMCP:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+
+_NO_MCP = _NoMCP()
 
 
 def _as_text(content: Any) -> str:

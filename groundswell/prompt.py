@@ -146,10 +146,12 @@ class PromptOverrides:
     def set_fields(self) -> dict[str, Any]:
         """The settings given explicitly (not ``None``)."""
         return {
-            f.name: getattr(self, f.name)
-            for f in dataclasses.fields(self)
-            if getattr(self, f.name) is not None
+            name: value for name in _OVERRIDE_FIELDS if (value := getattr(self, name)) is not None
         }
+
+
+_OVERRIDE_FIELDS = tuple(f.name for f in dataclasses.fields(PromptOverrides))
+NO_OVERRIDES = PromptOverrides()
 
 
 def create_prompt(user: str, **fields: Any) -> Prompt[Any]:

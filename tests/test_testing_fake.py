@@ -211,7 +211,9 @@ def test_messages_request_helpers() -> None:
     assert json_reply({"a": 1}).content[0]["text"] == '{"a": 1}'
 
 
-async def test_pytest_plugin_fixtures(fake_anthropic: FakeAnthropicAPI, fake_anthropic_server) -> None:  # type: ignore[no-untyped-def]
+async def test_pytest_plugin_fixtures(
+    fake_anthropic: FakeAnthropicAPI, fake_anthropic_server
+) -> None:  # type: ignore[no-untyped-def]
     fake_anthropic.add(text("in-process"), text("over tcp"))
     first = await fake_anthropic.client().messages.create(model="m", max_tokens=5, messages=HI)
     client = fake_anthropic_server.client()

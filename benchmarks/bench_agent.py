@@ -1,0 +1,120 @@
+"""Agent benchmarks against the in-process fake API.
+
+Measures what Groundswell adds on top of the SDK: ``agent.prompt`` inside a
+step versus a bare ``client.messages.create``, one at a time and 1,000 at once.
+Results go to ``DIR/agent.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from groundswell import Agent, WorkflowContext, workflow
+from groundswell.testing import FakeAnthropicAPI, text
+
+SEQUENTIAL = 500
+ROUNDS = 4
+CONCURRENT = 1_000
+MESSAGES = [{"role": "user", "content": "ping"}]
+
+
+def fake() -> FakeAnthropicAPI:
+    return FakeAnthropicAPI(lambda request: text("pong"))
+
+
+async def sequential() -> dict[str, Any]:
+    """Per-call latency, the three forms interleaved call by call so drift hits all alike."""
+    api = fake()
+    client = api.client(max_retries=0)
+    agent = Agent(name="bench", client=client, max_tokens=16)
+    raw: list[int] = []
+    in_step: list[int] = []
+    via_lambda: list[int] = []
+
+    @workflow(name="bench")
+    async def flow(ctx: WorkflowContext) -> None:
+        for _ in range(SEQUENTIAL):
+            t0 = time.perf_counter_ns()
+            await client.messages.create(
+                model="claude-sonnet-4-6", max_tokens=16, messages=MESSAGES
+            )
+            t1 = time.perf_counter_ns()
+            # The awaitable form runs on the event loop...
+            await ctx.step("ask", agent.prompt("ping"))
+            t2 = time.perf_counter_ns()
+            # ...while a sync lambda hops to a worker thread first, so that blocking
+            # code in a step never stalls other branches.
+            await ctx.step("ask", lambda: agent.prompt("ping"))
+            t3 = time.perf_counter_ns()
+            raw.append(t1 - t0)
+            in_step.append(t2 - t1)
+            via_lambda.append(t3 - t2)
+
+    for _ in range(ROUNDS):
+        await flow.run()
+    r, s, lam = (statistics.median(x) / 1000 for x in (raw, in_step, via_lambda))
+    return {
+        "calls": len(raw),
+        "raw_create_us": round(r, 1),
+        "agent_prompt_in_step_us": round(s, 1),
+        "overhead_us": round(s - r, 1),
+        "ratio": round(s / r, 3),
+        "target_overhead_us": 100,
+        "meets_target": s - r < 100,
+        "lambda_step_us": round(lam, 1),
+        "lambda_step_overhead_us": round(lam - r, 1),
+    }
+
+
+async def concurrent() -> dict[str, Any]:
+    api = fake()
+    client = api.client(max_retries=0)
+    agent = Agent(name="bench", client=client, max_tokens=16)
+    raw_runs, agent_runs = [], []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        await asyncio.gather(
+            *(
+                client.messages.create(model="claude-sonnet-4-6", max_tokens=16, messages=MESSAGES)
+                for _ in range(CONCURRENT)
+            )
+        )
+        raw_runs.append(CONCURRENT / (time.perf_counter() - t0))
+        t0 = time.perf_counter()
+        await asyncio.gather(*(agent.prompt("ping") for _ in range(CONCURRENT)))
+        agent_runs.append(CONCURRENT / (time.perf_counter() - t0))
+    raw, ours = statistics.median(raw_runs), statistics.median(agent_runs)
+    return {
+        "prompts": CONCURRENT,
+        "raw_per_s": round(raw),
+        "agent_per_s": round(ours),
+        "fraction_of_raw": round(ours / raw, 3),
+        "target_fraction": 0.9,
+        "meets_target": ours / raw >= 0.9,
+    }
+
+
+async def run_all() -> dict[str, Any]:
+    return {"sequential": await sequential(), "concurrent_1000": await concurrent()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--output", type=Path, default=Path("benchmarks/results"))
+    args = parser.parse_args()
+    results = asyncio.run(run_all())
+    args.output.mkdir(parents=True, exist_ok=True)
+    out = args.output / "agent.json"
+    out.write_text(json.dumps(results, indent=2) + "\n")
+    print(json.dumps(results, indent=2))
+    print(f"written to {out}")
+
+
+if __name__ == "__main__":
+    main()
