@@ -242,12 +242,12 @@ async def test_post_tool_use_hook_rewrites_output_and_adds_context() -> None:
     assert fake.requests[1].tool_results()[0]["content"] == "[redacted]\n\nnumbers are secret"
 
 
-async def test_hook_matcher_objects_are_accepted() -> None:
-    class HookMatcher:  # the shape of claude_agent_sdk.HookMatcher
-        def __init__(self, matcher: str | None, hooks: list[Any]) -> None:
-            self.matcher, self.hooks = matcher, hooks
+async def test_claude_agent_sdk_hook_matchers_are_accepted() -> None:
+    from claude_agent_sdk import HookMatcher
 
-    def deny(input_data: dict[str, Any], tool_use_id: str | None, context: Any) -> dict[str, Any]:
+    async def deny(
+        input_data: dict[str, Any], tool_use_id: str | None, context: Any
+    ) -> dict[str, Any]:
         return {"decision": "block", "reason": "read-only mode"}
 
     fake = FakeAnthropicAPI([tool_use("add", {"a": 1, "b": 1}), text("ok")])

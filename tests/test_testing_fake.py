@@ -221,3 +221,14 @@ async def test_pytest_plugin_fixtures(
     await client.close()
     assert [first.content[0].text, second.content[0].text] == ["in-process", "over tcp"]  # type: ignore[union-attr]
     assert len(fake_anthropic.requests) == 2
+
+
+def test_auto_client_is_real_with_a_key_and_fake_without(monkeypatch: pytest.MonkeyPatch) -> None:
+    from groundswell.testing import auto_client
+
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    offline = auto_client()
+    assert str(offline.base_url).startswith("http://fake-anthropic.invalid")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-real-looking")
+    online = auto_client()
+    assert "api.anthropic.com" in str(online.base_url)

@@ -13,7 +13,7 @@ The pytest plugin (installed with Groundswell) provides the ``fake_anthropic``
 and ``fake_anthropic_server`` fixtures.
 """
 
-from ._fake import FAKE_API_KEY, FakeAnthropicAPI, LoopbackServer, estimate_tokens
+from ._fake import FAKE_API_KEY, FakeAnthropicAPI, LoopbackServer, auto_client, estimate_tokens
 from ._replies import (
     ErrorReply,
     FunctionModel,
@@ -39,6 +39,7 @@ __all__ = [
     "Reply",
     "SchemaModel",
     "ScriptedModel",
+    "auto_client",
     "error",
     "estimate_tokens",
     "json_reply",

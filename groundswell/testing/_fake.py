@@ -32,7 +32,7 @@ from ._replies import (
     new_id,
 )
 
-__all__ = ["FakeAnthropicAPI", "LoopbackServer"]
+__all__ = ["FakeAnthropicAPI", "LoopbackServer", "auto_client"]
 
 FAKE_API_KEY = "sk-ant-fake-key-for-tests"
 
@@ -249,6 +249,22 @@ class FakeAnthropicAPI:
     def serve(self, host: str = "127.0.0.1", port: int = 0) -> LoopbackServer:
         """Start a real HTTP server thread for this fake (use as a context manager)."""
         return LoopbackServer(self, host, port)
+
+
+def auto_client(
+    model: FakeModel | list[Answer] | Callable[[MessagesRequest], Answer | str] | None = None,
+    **kwargs: Any,
+) -> anthropic.AsyncAnthropic:
+    """A real client when ``ANTHROPIC_API_KEY`` is set, else one wired to a fake.
+
+    Lets the same script run offline by default and against the real API when
+    a key is present; ``model`` chooses the fake's answers.
+    """
+    import os
+
+    if os.environ.get("ANTHROPIC_API_KEY"):
+        return anthropic.AsyncAnthropic(**kwargs)
+    return FakeAnthropicAPI(model).client(**kwargs)
 
 
 class LoopbackServer:
