@@ -18,6 +18,7 @@ import anthropic
 from pydantic import BaseModel
 
 from ._serialize import jsonable, register_secret
+from .cache import Cache, get_cache, request_cache_key, through_cache
 from .context import Frame, _frame, new_run_tree
 from .errors import ConfigurationError, MaxTurnsExceeded, ToolError
 from .hooks import HookRunner, PromptBlocked, blocked, specific
@@ -111,8 +112,10 @@ class Agent:
     ``top_p``, ``top_k``, ``stop_sequences``, ``metadata``, ``thinking``,
     ``betas``, ``container``, ``service_tier``, ``extra_headers``,
     ``extra_body``), plus ``mcps``, ``skills``, ``hooks``, ``env`` and
-    ``max_turns``. ``client`` is an ``anthropic.AsyncAnthropic`` (one is made
-    from ``ANTHROPIC_API_KEY`` when omitted).
+    ``max_turns``. ``cache`` (a backend name or a :class:`~groundswell.Cache`)
+    or ``enable_cache=True`` (the default backend) caches whole answers.
+    ``client`` is an ``anthropic.AsyncAnthropic`` (one is made from
+    ``ANTHROPIC_API_KEY`` when omitted).
     """
 
     def __init__(
@@ -140,6 +143,8 @@ class Agent:
         extra_headers: Mapping[str, str] | None = None,
         extra_body: Mapping[str, Any] | None = None,
         max_turns: int = 20,
+        cache: str | Cache | None = None,
+        enable_cache: bool = False,
         client: anthropic.AsyncAnthropic | None = None,
     ) -> None:
         if not isinstance(name, str) or not name.strip():
@@ -171,7 +176,14 @@ class Agent:
             "hooks": dict(hooks or {}),
             "env": dict(env or {}),
             "max_turns": max_turns,
+            # True means "the default backend" (GROUNDSWELL_CACHE, else lru).
+            "cache": cache if cache is not None else (True if enable_cache else None),
         }
+        if cache is not None and not isinstance(cache, str | Cache):
+            raise ConfigurationError(
+                f"cache must be a backend name (e.g. 'lru', 'redis') or a groundswell.Cache, "
+                f"got {type(cache).__name__}"
+            )
         for value in self.config["env"].values():
             register_secret(str(value))
         self._client = client
@@ -406,47 +418,49 @@ class Agent:
                 tools.add(mcp_tool)
 
             messages: list[dict[str, Any]] = [{"role": "user", "content": user_text}]
-            stop_hook_active = False
-            for turn in range(1, settings["max_turns"] + 1):
-                params, beta = build_request(
-                    settings,
-                    messages,
-                    tools=tools.definitions,
-                    system=system,
-                    response_format=prompt.response_format,
-                    mcp_servers=bridge.remote,
-                    api_skills=api_skills,
-                )
-                message = await self._model_turn(client, params, beta, tree, node, usage, emit)
-                content = [_block(b) for b in message.content]
-                messages.append({"role": "assistant", "content": content})
-                calls = [b for b in content if b.get("type") == "tool_use"]
-                if message.stop_reason == "tool_use" and calls:
-                    results = await asyncio.gather(
-                        *(self._tool_call(c, tools, hooks, env, tree, node, emit) for c in calls)
-                    )
-                    messages.append({"role": "user", "content": list(results)})
-                    continue
-                if message.stop_reason == "pause_turn":
-                    continue  # a server tool paused a long turn: send it back to go on
-                text = "".join(b.get("text", "") for b in content if b.get("type") == "text")
-                stop = await hooks.run("Stop", {"stop_hook_active": stop_hook_active})
-                reason = next(
-                    (str(o.get("reason") or "") for o in stop if o.get("decision") == "block"), None
-                )
-                if reason is not None:
-                    stop_hook_active = True
-                    tree.add_event(node, "stop_blocked", reason=reason)
-                    messages.append({"role": "user", "content": reason or "Please continue."})
-                    continue
-                output = parse_output(text, prompt.response_format)
-                return PromptResult(
-                    output=output, tree=tree, node=node, messages=messages, turns=turn
-                )
-        raise MaxTurnsExceeded(
-            f"agent {self.name!r} did not finish within max_turns={settings['max_turns']} "
-            "model turns; raise max_turns or check the tools it keeps calling"
-        )
+            run = _Conversation(
+                agent=self,
+                prompt=prompt,
+                settings=settings,
+                client=client,
+                tree=tree,
+                node=node,
+                usage=usage,
+                emit=emit,
+                hooks=hooks,
+                tools=tools,
+                env=env,
+                system=system,
+                remote_mcp=list(bridge.remote),
+                api_skills=api_skills,
+                messages=messages,
+            )
+            cache = _cache_for(settings)
+            if cache is None:
+                return await run.turns()
+            first, _ = run.request()
+            fmt = prompt.response_format
+            key = request_cache_key(self.name, first)
+            holder: dict[str, PromptResult[Any]] = {}
+
+            async def produce() -> Any:
+                holder["result"] = await run.turns()
+                return holder["result"].output
+
+            output, hit = await through_cache(
+                cache,
+                key,
+                produce,
+                encode=lambda value: (
+                    value.model_dump(mode="json") if isinstance(value, BaseModel) else value
+                ),
+                decode=lambda value: fmt.model_validate(value) if fmt is not None else str(value),
+                tree=tree,
+                node=node,
+            )
+            if hit:
+                return PromptResult(output=output, tree=tree, node=node, messages=messages, turns=0)
+            return holder["result"]
 
     async def _model_turn(
         self,
@@ -660,6 +674,89 @@ class Agent:
 
     def __repr__(self) -> str:
         return f"Agent({self.name!r}, model={self.config['model']!r})"
+
+
+@dataclass
+class _Conversation:
+    """The turns of one prompt: model calls, tool calls and the Stop hook, until done."""
+
+    agent: Agent
+    prompt: Prompt[Any]
+    settings: dict[str, Any]
+    client: anthropic.AsyncAnthropic
+    tree: EventTree
+    node: EventNode
+    usage: dict[str, int]
+    emit: Callable[[StreamEvent], None] | None
+    hooks: HookRunner
+    tools: _Tools
+    env: dict[str, str]
+    system: Any
+    remote_mcp: list[dict[str, Any]]
+    api_skills: list[Any]
+    messages: list[dict[str, Any]]
+
+    def request(self) -> tuple[dict[str, Any], bool]:
+        result: tuple[dict[str, Any], bool] = build_request(
+            self.settings,
+            self.messages,
+            tools=self.tools.definitions,
+            system=self.system,
+            response_format=self.prompt.response_format,
+            mcp_servers=self.remote_mcp,
+            api_skills=self.api_skills,
+        )
+        return result
+
+    async def turns(self) -> PromptResult[Any]:
+        agent, tree, node, messages = self.agent, self.tree, self.node, self.messages
+        stop_hook_active = False
+        for turn in range(1, self.settings["max_turns"] + 1):
+            params, beta = self.request()
+            message = await agent._model_turn(
+                self.client, params, beta, tree, node, self.usage, self.emit
+            )
+            content = [_block(b) for b in message.content]
+            messages.append({"role": "assistant", "content": content})
+            calls = [b for b in content if b.get("type") == "tool_use"]
+            if message.stop_reason == "tool_use" and calls:
+                results = await asyncio.gather(
+                    *(
+                        agent._tool_call(c, self.tools, self.hooks, self.env, tree, node, self.emit)
+                        for c in calls
+                    )
+                )
+                messages.append({"role": "user", "content": list(results)})
+                continue
+            if message.stop_reason == "pause_turn":
+                continue  # a server tool paused a long turn: send it back to go on
+            text = "".join(b.get("text", "") for b in content if b.get("type") == "text")
+            stop = await self.hooks.run("Stop", {"stop_hook_active": stop_hook_active})
+            reason = next(
+                (str(o.get("reason") or "") for o in stop if o.get("decision") == "block"), None
+            )
+            if reason is not None:
+                stop_hook_active = True
+                tree.add_event(node, "stop_blocked", reason=reason)
+                messages.append({"role": "user", "content": reason or "Please continue."})
+                continue
+            output = parse_output(text, self.prompt.response_format)
+            return PromptResult(output=output, tree=tree, node=node, messages=messages, turns=turn)
+        raise MaxTurnsExceeded(
+            f"agent {agent.name!r} did not finish within max_turns={self.settings['max_turns']} "
+            "model turns; raise max_turns or check the tools it keeps calling"
+        )
+
+
+def _cache_for(settings: Mapping[str, Any]) -> Cache | None:
+    if settings.get("disable_cache"):
+        return None
+    choice = settings.get("cache")
+    if choice is None or choice is False:
+        return None
+    if isinstance(choice, Cache):
+        return choice
+    return get_cache(None if choice is True else str(choice))
 
 
 def _block(block: Any) -> dict[str, Any]:

@@ -1,10 +1,40 @@
-"""The cache protocol every cache backend implements."""
+"""Caching: the backend protocol, canonical request keys, backend selection.
+
+A response-cache key is ``"<namespace>:<sha256 hex>"``. The namespace is the
+agent's name unless set; the hash covers a canonical JSON (see
+``groundswell._canonical``) of everything that changes the answer: the model,
+the user turn with its rendered data, the system prompt, ``max_tokens``,
+sampling settings, stop sequences, full tool definitions (local MCP tools
+included), remote MCP servers (their tokens left out), skills and container,
+``thinking``, ``tool_choice``, ``output_config`` (so the response schema), any
+other pass-through field, and a format version so a change of key format
+never reads stale entries. Headers and ``env`` are never part of a key.
+"""
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+import asyncio
+import hashlib
+import os
+import threading
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
-__all__ = ["Cache"]
+from ._canonical import canonical_json
+from .errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from .tree import EventNode, EventTree
+
+T = TypeVar("T")
+
+__all__ = ["KEY_VERSION", "Cache", "get_cache", "request_cache_key", "through_cache"]
+
+KEY_VERSION = 1
+# Sent to the API but never part of what the answer depends on; headers may hold secrets.
+_NOT_IN_KEY = {"extra_headers", "stream"}
+_SECRET_FIELDS = {"authorization_token"}
 
 
 @runtime_checkable
@@ -29,3 +59,143 @@ class Cache(Protocol):
 
     def metrics(self) -> dict[str, Any]:
         """Counters such as hits, misses, evictions and size."""
+
+
+def _keyable(params: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, value in params.items():
+        if name in _NOT_IN_KEY:
+            continue
+        if name == "extra_body":
+            out.update({k: v for k, v in dict(value).items()})  # temperature & co. count
+        elif name == "mcp_servers":
+            out[name] = [{k: v for k, v in s.items() if k not in _SECRET_FIELDS} for s in value]
+        else:
+            out[name] = value
+    return out
+
+
+def request_cache_key(namespace: str, params: Mapping[str, Any]) -> str:
+    """The response-cache key for a Messages API request (``messages.create`` kwargs).
+
+    Equal requests give equal keys whatever their dict key order; a value that
+    has no canonical JSON form raises ``TypeError``.
+    """
+    if not namespace or ":" in namespace:
+        raise ConfigurationError(
+            f"cache namespace must be non-empty without ':', got {namespace!r}"
+        )
+    material = {"v": KEY_VERSION, "request": _keyable(params)}
+    digest = hashlib.sha256(canonical_json(material).encode()).hexdigest()
+    return f"{namespace}:{digest}"
+
+
+_instances: dict[str, Cache] = {}
+_instances_lock = threading.Lock()
+
+
+def get_cache(name: str | None = None) -> Cache:
+    """The process-wide cache backend registered as ``name``.
+
+    ``None`` means ``GROUNDSWELL_CACHE`` or else ``"lru"``. One instance per
+    name per process, shared by every agent. Unknown names raise
+    :class:`ConfigurationError` listing the available backends.
+    """
+    from .plugins import get_plugin_manager
+
+    chosen = name or os.environ.get("GROUNDSWELL_CACHE") or "lru"
+    cache = _instances.get(chosen)
+    if cache is not None:
+        return cache
+    with _instances_lock:
+        if chosen not in _instances:
+            backends = get_plugin_manager().cache_backends()
+            record = backends.get(chosen)
+            if record is None:
+                raise ConfigurationError(
+                    f"no cache backend named {chosen!r}; available: {sorted(backends) or 'none'} "
+                    "(install one, e.g. pip install \"groundswell[redis]\" for 'redis')"
+                )
+            instance = record.factory()
+            if not isinstance(instance, Cache):
+                raise ConfigurationError(
+                    f"cache backend {chosen!r} does not implement groundswell.Cache"
+                )
+            _instances[chosen] = instance
+        return _instances[chosen]
+
+
+_inflight: dict[tuple[int, int, str], asyncio.Future[Any]] = {}
+
+
+async def through_cache(
+    cache: Cache,
+    key: str,
+    produce: Callable[[], Awaitable[T]],
+    *,
+    encode: Callable[[T], Any],
+    decode: Callable[[Any], T],
+    tree: EventTree,
+    node: EventNode,
+    ttl: float | None = None,
+) -> tuple[T, bool]:
+    """Return ``(value, hit)``: the cached value for ``key``, or ``produce()``'s, stored.
+
+    Concurrent calls with the same key share one ``produce()`` (in-flight
+    dedupe). A failed ``produce()`` is never stored. A cache that raises is
+    treated as a miss and recorded as a ``cache_error`` event: it never fails
+    the run. The node gets ``metrics["cache"]`` (``"hit"`` / ``"miss"``) and a
+    ``cache_hit`` event with ``key`` and ``age_s`` on a hit.
+    """
+    loop = asyncio.get_running_loop()
+    slot = (id(loop), id(cache), key)
+    leader = _inflight.get(slot)
+    if leader is not None:  # the same request is already being answered
+        value = await asyncio.shield(leader)
+        node.metrics["cache"] = "hit"
+        tree.add_event(node, "cache_hit", key=key, age_s=0.0, deduplicated=True)
+        return decode(value), True
+    future: asyncio.Future[Any] = loop.create_future()
+    # Nobody may be waiting: mark any exception as seen so asyncio does not warn.
+    future.add_done_callback(lambda f: f.cancelled() or f.exception())
+    _inflight[slot] = future
+    try:
+        try:
+            entry = await cache.get(key)
+        except Exception as exc:
+            entry = None
+            tree.add_event(
+                node, "cache_error", key=key, operation="get", error=f"{type(exc).__name__}: {exc}"
+            )
+        if isinstance(entry, Mapping) and "value" in entry:
+            try:
+                result = decode(entry["value"])
+            except Exception as exc:  # a stale or foreign entry: treat as a miss
+                tree.add_event(
+                    node, "cache_error", key=key, operation="decode", error=str(exc)[:200]
+                )
+            else:
+                node.metrics["cache"] = "hit"
+                age = max(0.0, time.time() - float(entry.get("stored_at", time.time())))
+                tree.add_event(node, "cache_hit", key=key, age_s=round(age, 3))
+                future.set_result(entry["value"])
+                return result, True
+        node.metrics["cache"] = "miss"
+        tree.add_event(node, "cache_miss", key=key)
+        value = await produce()
+        encoded = encode(value)
+        try:
+            await cache.set(key, {"value": encoded, "stored_at": time.time()}, ttl)
+        except Exception as exc:
+            tree.add_event(
+                node, "cache_error", key=key, operation="set", error=f"{type(exc).__name__}: {exc}"
+            )
+        future.set_result(encoded)
+        return value, False
+    except BaseException as exc:
+        if not future.done():
+            future.set_exception(exc)
+        raise
+    finally:
+        if _inflight.get(slot) is future:
+            del _inflight[slot]

@@ -115,8 +115,8 @@ class PromptOverrides:
     """Per-call settings that win over the prompt and the agent.
 
     Takes every Messages API request field by its API name, plus ``mcps``,
-    ``skills``, ``hooks``, ``env``, ``max_turns``, ``disable_cache`` and
-    ``enable_reflection``.
+    ``skills``, ``hooks``, ``env``, ``max_turns``, ``cache`` (a backend name or
+    :class:`~groundswell.Cache`), ``disable_cache`` and ``enable_reflection``.
     """
 
     model: str | None = None
@@ -140,6 +140,7 @@ class PromptOverrides:
     hooks: Mapping[str, Any] | None = None
     env: Mapping[str, str] | None = None
     max_turns: int | None = None
+    cache: Any = None
     disable_cache: bool | None = None
     enable_reflection: bool | None = None
 

@@ -653,3 +653,18 @@ async def test_factories_build_things_that_mount_where_they_run() -> None:
     assert [n.type.value + ":" + n.name for n in result.tree.walk(tool_node.id)] == [
         "tool_call:spawn", "workflow:dynamic", "step:ask", "prompt:helper", "model_call:claude-sonnet-4-6",
     ]  # fmt: skip
+
+
+async def test_post_tool_use_failure_hook_sees_the_error() -> None:
+    failures: list[dict[str, Any]] = []
+
+    def on_failure(input_data: dict[str, Any], tool_use_id: str | None, context: Any) -> None:
+        failures.append({"tool": input_data["tool_name"], "error": input_data["error"], "id": tool_use_id})
+
+    def flaky() -> str:
+        """Fails."""
+        raise RuntimeError("disk full")
+
+    fake = FakeAnthropicAPI([tool_use("flaky", {}, id="toolu_1"), text("gave up")])
+    await agent_for(fake, tools=[flaky], hooks={"PostToolUseFailure": [on_failure]}).prompt("go")
+    assert failures == [{"tool": "flaky", "error": "RuntimeError: disk full", "id": "toolu_1"}]
