@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.metadata as _metadata
 from typing import TYPE_CHECKING, Any
 
-from .cache import Cache
+from .cache import Cache, ToolCachePolicy, get_cache, invalidate, tool_cache_stats
 from .context import Frame, current_frame, current_node, current_tree, record_event
 from .errors import (
     ConfigurationError,
@@ -87,6 +87,7 @@ __all__ = [
     "StreamEvent",
     "TokenBudgetExceeded",
     "Tool",
+    "ToolCachePolicy",
     "ToolContext",
     "ToolError",
     "ToolProvider",
@@ -102,8 +103,11 @@ __all__ = [
     "current_node",
     "current_tree",
     "flush_sinks",
+    "get_cache",
     "get_plugin_manager",
     "hookimpl",
+    "invalidate",
     "record_event",
+    "tool_cache_stats",
     "workflow",
 ]

@@ -18,7 +18,14 @@ import anthropic
 from pydantic import BaseModel
 
 from ._serialize import jsonable, register_secret
-from .cache import Cache, get_cache, request_cache_key, through_cache
+from .cache import (
+    Cache,
+    ToolCachePolicy,
+    cached_tool_call,
+    get_cache,
+    request_cache_key,
+    through_cache,
+)
 from .context import Frame, _frame, new_run_tree
 from .errors import ConfigurationError, MaxTurnsExceeded, ToolError
 from .hooks import HookRunner, PromptBlocked, blocked, specific
@@ -145,6 +152,7 @@ class Agent:
         max_turns: int = 20,
         cache: str | Cache | None = None,
         enable_cache: bool = False,
+        tool_cache: Mapping[str, ToolCachePolicy] | None = None,
         client: anthropic.AsyncAnthropic | None = None,
     ) -> None:
         if not isinstance(name, str) or not name.strip():
@@ -186,6 +194,12 @@ class Agent:
             )
         for value in self.config["env"].values():
             register_secret(str(value))
+        self.tool_cache: dict[str, ToolCachePolicy] = dict(tool_cache or {})
+        for tool_name, policy in self.tool_cache.items():
+            if not isinstance(policy, ToolCachePolicy):
+                raise ConfigurationError(
+                    f"tool_cache[{tool_name!r}] must be a ToolCachePolicy, got {type(policy).__name__}"
+                )
         self._client = client
         if client is not None and isinstance(client.api_key, str):
             register_secret(client.api_key)
@@ -586,25 +600,35 @@ class Agent:
                 if updates:
                     tool_input = dict(updates[-1])
                     tree.add_event(node, "input_rewritten", input=tool_input)
-                try:
+
+                async def run_handler() -> Any:
                     if handler is None:
                         raise ToolError(
                             f"no local handler for tool {name!r} (available: {sorted(tools.handlers)})"
                         )
                     if isinstance(handler, _MCPTool):
-                        content, is_error = await call_mcp_tool(handler, tool_input)
-                        if is_error:
-                            error = ToolError(content)
+                        text, failed = await call_mcp_tool(handler, tool_input)
+                        if failed:
+                            raise _ToolFailed(text)
+                        return text
+                    value = await handler.run(
+                        tool_input,
+                        ToolContext(agent=self.name, tool_use_id=call_id, env=env, node_id=node.id),
+                    )
+                    return tool_result_content(value)
+
+                try:
+                    policy = self._tool_policy(name, handler)
+                    if policy is None:
+                        content = await run_handler()
                     else:
-                        value = await handler.run(
-                            tool_input,
-                            ToolContext(
-                                agent=self.name, tool_use_id=call_id, env=env, node_id=node.id
-                            ),
+                        content = await cached_tool_call(
+                            policy, name, tool_input, run_handler, self._tool_cache(), tree, node
                         )
-                        content = tool_result_content(value)
                 except asyncio.CancelledError:
                     raise
+                except _ToolFailed as exc:
+                    error, is_error, content = ToolError(exc.content), True, exc.content
                 except Exception as exc:
                     error, is_error = exc, True
                     content = f"{type(exc).__name__}: {exc}"
@@ -672,8 +696,26 @@ class Agent:
             )
         return block
 
+    def _tool_policy(self, name: str, handler: Any) -> ToolCachePolicy | None:
+        policy = self.tool_cache.get(name) or getattr(handler, "cache", None)
+        return policy if isinstance(policy, ToolCachePolicy) and policy.enabled else None
+
+    def _tool_cache(self) -> Cache:
+        choice = self.config.get("cache")
+        if isinstance(choice, Cache):
+            return choice
+        return get_cache(choice if isinstance(choice, str) else None)
+
     def __repr__(self) -> str:
         return f"Agent({self.name!r}, model={self.config['model']!r})"
+
+
+class _ToolFailed(Exception):
+    """An MCP tool answered with isError: its text is what the model sees."""
+
+    def __init__(self, content: str) -> None:
+        super().__init__(content)
+        self.content = content
 
 
 @dataclass

@@ -18,7 +18,8 @@ import hashlib
 import os
 import threading
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from ._canonical import canonical_json
@@ -29,7 +30,17 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-__all__ = ["KEY_VERSION", "Cache", "get_cache", "request_cache_key", "through_cache"]
+__all__ = [
+    "KEY_VERSION",
+    "Cache",
+    "ToolCachePolicy",
+    "cached_tool_call",
+    "get_cache",
+    "invalidate",
+    "request_cache_key",
+    "through_cache",
+    "tool_cache_stats",
+]
 
 KEY_VERSION = 1
 # Sent to the API but never part of what the answer depends on; headers may hold secrets.
@@ -199,3 +210,105 @@ async def through_cache(
     finally:
         if _inflight.get(slot) is future:
             del _inflight[slot]
+
+
+@dataclass(frozen=True)
+class ToolCachePolicy:
+    """How to cache one tool's results (only tools given a policy are ever cached).
+
+    ``key``: ``None`` keys on all arguments, a list of names on those
+    arguments, a callable ``key(arguments)`` on whatever it returns. ``ttl`` in
+    seconds (``None``: the backend's default). ``invalidate_on``: event names
+    that clear this tool's entries through :func:`invalidate`. ``hit_message``
+    is appended to a cached result (``{age_s}`` is filled in), e.g. to tell the
+    model the data may be stale.
+    """
+
+    ttl: float | None = None
+    key: Sequence[str] | Callable[[dict[str, Any]], Any] | None = None
+    invalidate_on: Sequence[str] = ()
+    hit_message: str | None = None
+    enabled: bool = True
+
+
+_tool_stats: dict[str, dict[str, int]] = {}
+_invalidation: dict[str, set[tuple[int, str]]] = {}
+_caches_by_id: dict[int, Cache] = {}
+
+
+def _tool_key(policy: ToolCachePolicy, tool: str, arguments: dict[str, Any]) -> str:
+    if policy.key is None:
+        material: Any = arguments
+    elif callable(policy.key):
+        material = policy.key(arguments)
+    else:
+        missing = [name for name in policy.key if name not in arguments]
+        material = {name: arguments.get(name) for name in policy.key}
+        if missing:
+            material["$missing"] = sorted(missing)
+    digest = hashlib.sha256(
+        canonical_json({"v": KEY_VERSION, "tool": tool, "args": material}).encode()
+    ).hexdigest()
+    return f"{_tool_prefix(tool)}{digest}"
+
+
+def _tool_prefix(tool: str) -> str:
+    return f"tool.{tool}:"
+
+
+async def cached_tool_call(
+    policy: ToolCachePolicy,
+    tool: str,
+    arguments: dict[str, Any],
+    run: Callable[[], Awaitable[Any]],
+    cache: Cache,
+    tree: EventTree,
+    node: EventNode,
+) -> Any:
+    """Run a tool through the cache under its policy; errors are never cached."""
+    stats = _tool_stats.setdefault(tool, {"hits": 0, "misses": 0, "invalidations": 0})
+    for event in policy.invalidate_on:
+        _invalidation.setdefault(event, set()).add((id(cache), _tool_prefix(tool)))
+        _caches_by_id[id(cache)] = cache
+    key = _tool_key(policy, tool, arguments)
+    content, hit = await through_cache(
+        cache,
+        key,
+        run,
+        encode=lambda v: v,
+        decode=lambda v: v,
+        tree=tree,
+        node=node,
+        ttl=policy.ttl,
+    )
+    stats["hits" if hit else "misses"] += 1
+    if hit and policy.hit_message:
+        age = next(
+            (e.get("age_s", 0.0) for e in reversed(node.events) if e["type"] == "cache_hit"), 0.0
+        )
+        try:
+            note = policy.hit_message.format(age_s=age)
+        except (KeyError, IndexError, ValueError):
+            note = policy.hit_message
+        content = f"{content}\n\n{note}" if isinstance(content, str) else content
+    return content
+
+
+async def invalidate(event: str) -> int:
+    """Clear the cached results of every tool whose policy lists ``event``; returns how many."""
+    removed = 0
+    for cache_id, prefix in sorted(_invalidation.get(event, set())):
+        cache = _caches_by_id.get(cache_id)
+        if cache is None:
+            continue
+        removed += await cache.bust_prefix(prefix)
+        tool = prefix[len("tool.") : -1]
+        _tool_stats.setdefault(tool, {"hits": 0, "misses": 0, "invalidations": 0})[
+            "invalidations"
+        ] += 1
+    return removed
+
+
+def tool_cache_stats() -> dict[str, dict[str, int]]:
+    """Per tool: cache hits, misses and invalidations in this process."""
+    return {tool: dict(counts) for tool, counts in _tool_stats.items()}

@@ -77,10 +77,13 @@ class Tool:
         name: str | None = None,
         description: str | None = None,
         input_schema: dict[str, Any] | None = None,
+        cache: Any = None,
     ) -> None:
         if not callable(fn):
             raise ToolError(f"a tool needs a callable, got {type(fn).__name__}")
         self.fn = fn
+        #: A groundswell.ToolCachePolicy to cache this tool's results (deterministic tools only).
+        self.cache = cache
         self.name: str = name or str(getattr(fn, "__name__", ""))
         if not _NAME.match(self.name):
             raise ToolError(
