@@ -46,6 +46,8 @@ def scrub(text: str) -> str:
 
 
 def _truncate(text: str) -> str:
+    if not _secrets and len(text) <= MAX_STRING:
+        return text
     text = scrub(text)
     if len(text) > MAX_STRING:
         return f"{text[:MAX_STRING]}…[truncated {len(text) - MAX_STRING} chars]"
@@ -74,6 +76,17 @@ def _safe_str(value: object) -> str:
 
 
 def _jsonable(value: Any, _depth: int = 0) -> Any:
+    # Exact-type fast paths first: most recorded values are plain str/int/dict/list.
+    kind = type(value)
+    if kind is str:
+        return _truncate(value)
+    if kind is int or kind is bool or value is None:
+        return value
+    if kind is dict and _depth < MAX_DEPTH and len(value) <= MAX_ITEMS:
+        return {
+            (k if type(k) is str else str(jsonable(k, _depth + 1))): jsonable(v, _depth + 1)
+            for k, v in value.items()
+        }
     if value is None or isinstance(value, bool | int):
         return value
     if isinstance(value, float):
@@ -106,8 +119,8 @@ def _jsonable(value: Any, _depth: int = 0) -> Any:
             result.append(f"…[{len(items) - MAX_ITEMS} more items]")
         return result
     if isinstance(value, BaseModel):
-        # Walk the model's fields ourselves so SecretStr fields are redacted, not dumped.
-        return jsonable(dict(value), _depth + 1)
+        # JSON mode already masks SecretStr/SecretBytes; the walk then scrubs and truncates.
+        return jsonable(value.model_dump(mode="json"), _depth + 1)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return jsonable(
             {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}, _depth + 1

@@ -702,9 +702,9 @@ class Agent:
 
     def _tool_cache(self) -> Cache:
         choice = self.config.get("cache")
-        if isinstance(choice, Cache):
-            return choice
-        return get_cache(choice if isinstance(choice, str) else None)
+        if choice is None or choice is True or isinstance(choice, str):
+            return get_cache(choice if isinstance(choice, str) else None)
+        return choice  # type: ignore[no-any-return]
 
     def __repr__(self) -> str:
         return f"Agent({self.name!r}, model={self.config['model']!r})"
@@ -796,9 +796,13 @@ def _cache_for(settings: Mapping[str, Any]) -> Cache | None:
     choice = settings.get("cache")
     if choice is None or choice is False:
         return None
-    if isinstance(choice, Cache):
-        return choice
-    return get_cache(None if choice is True else str(choice))
+    if choice is True:
+        return get_cache(None)
+    if isinstance(choice, str):
+        return get_cache(choice)
+    # Checked once when the agent or override was built: isinstance against a
+    # runtime Protocol costs more than the rest of a cache hit.
+    return choice  # type: ignore[no-any-return]
 
 
 def _block(block: Any) -> dict[str, Any]:

@@ -38,6 +38,7 @@ __all__ = [
     "get_cache",
     "invalidate",
     "request_cache_key",
+    "schema_hash",
     "through_cache",
     "tool_cache_stats",
 ]
@@ -72,6 +73,25 @@ class Cache(Protocol):
         """Counters such as hits, misses, evictions and size."""
 
 
+_schema_hashes: dict[int, tuple[Any, str]] = {}
+
+
+def schema_hash(schema: Any) -> str:
+    """SHA-256 of a JSON schema's canonical text; stable across processes.
+
+    Remembered per schema object, since agents send the same schema dict again
+    and again and encoding it is most of a key's cost.
+    """
+    known = _schema_hashes.get(id(schema))
+    if known is not None and known[0] is schema:
+        return known[1]
+    digest = hashlib.sha256(canonical_json(schema).encode()).hexdigest()
+    if len(_schema_hashes) > 1024:
+        _schema_hashes.clear()
+    _schema_hashes[id(schema)] = (schema, digest)  # holding the schema keeps its id unique
+    return digest
+
+
 def _keyable(params: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, value in params.items():
@@ -81,6 +101,11 @@ def _keyable(params: Mapping[str, Any]) -> dict[str, Any]:
             out.update({k: v for k, v in dict(value).items()})  # temperature & co. count
         elif name == "mcp_servers":
             out[name] = [{k: v for k, v in s.items() if k not in _SECRET_FIELDS} for s in value]
+        elif name == "output_config" and isinstance(value, Mapping):
+            fmt = value.get("format")
+            if isinstance(fmt, Mapping) and "schema" in fmt:
+                fmt = {**fmt, "schema": {"sha256": schema_hash(fmt["schema"])}}
+            out[name] = {**value, "format": fmt}
         else:
             out[name] = value
     return out

@@ -10,6 +10,7 @@ as ``__cause__``; the SDK's own transport retries are left to the SDK.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -75,7 +76,7 @@ def build_request(
         params["container"] = container
     if response_format is not None:
         params["output_config"] = {
-            "format": {"type": "json_schema", "schema": anthropic.transform_schema(response_format)}
+            "format": {"type": "json_schema", "schema": _schema(response_format)}
         }
     beta = bool(settings.get("betas") or mcp_servers)
     if beta:
@@ -84,6 +85,13 @@ def build_request(
         if mcp_servers:
             params["mcp_servers"] = [dict(s) for s in mcp_servers]
     return params, beta
+
+
+@functools.lru_cache(maxsize=256)
+def _schema(response_format: type[BaseModel]) -> dict[str, Any]:
+    # Building a model's JSON schema costs ~200 us; a model class does not change.
+    schema: dict[str, Any] = anthropic.transform_schema(response_format)
+    return schema
 
 
 def api_error(exc: Exception, model: str) -> ModelAPIError:

@@ -81,6 +81,7 @@ class Prompt(Generic[T]):
     hooks: Mapping[str, Any] | None = None
     enable_reflection: bool | None = None
     extract: Any = None
+    _rendered: str = dataclasses.field(default="", init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.user, str) or not self.user.strip():
@@ -92,11 +93,12 @@ class Prompt(Generic[T]):
             raise ConfigurationError(
                 f"Prompt.response_format must be a pydantic BaseModel subclass or None, got {fmt!r}"
             )
-        if self.data is not None:
-            try:
-                render_user(self.user, self.data)
-            except TypeError as exc:
-                raise ConfigurationError(f"Prompt.data cannot be rendered: {exc}") from exc
+        try:
+            rendered = render_user(self.user, self.data)
+        except (TypeError, ValueError) as exc:
+            raise ConfigurationError(f"Prompt.data cannot be rendered: {exc}") from exc
+        # Rendering once here both validates data and spares every call the work.
+        object.__setattr__(self, "_rendered", rendered)
 
     def with_(self, **changes: Any) -> Prompt[Any]:
         """A copy with ``changes`` applied (the original is unchanged)."""
@@ -107,7 +109,7 @@ class Prompt(Generic[T]):
 
     def render(self) -> str:
         """The user turn sent to the model (see :func:`render_user`)."""
-        return render_user(self.user, self.data)
+        return self._rendered
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -143,6 +145,15 @@ class PromptOverrides:
     cache: Any = None
     disable_cache: bool | None = None
     enable_reflection: bool | None = None
+
+    def __post_init__(self) -> None:
+        from .cache import Cache
+
+        if self.cache is not None and not isinstance(self.cache, str | Cache):
+            raise ConfigurationError(
+                f"PromptOverrides.cache must be a backend name or a groundswell.Cache, "
+                f"got {type(self.cache).__name__}"
+            )
 
     def set_fields(self) -> dict[str, Any]:
         """The settings given explicitly (not ``None``)."""

@@ -89,3 +89,34 @@ def make_distribution(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callab
     yield make  # type: ignore[misc]
     for module in created:
         sys.modules.pop(module, None)
+
+
+def _service_missing(what: str, url: str, error: BaseException) -> None:
+    message = f"{what} not reachable at {url} ({type(error).__name__}: {error})"
+    if os.environ.get("GROUNDSWELL_REQUIRE_SERVICES") == "1":
+        pytest.fail(f"{message}; GROUNDSWELL_REQUIRE_SERVICES=1 makes it mandatory")
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def redis_server_url() -> str:
+    """The Redis server for tests (REDIS_URL, default redis://127.0.0.1:6379/0)."""
+    import socket
+    from urllib.parse import urlparse
+
+    url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+    parsed = urlparse(url)
+    try:
+        with socket.create_connection(
+            (parsed.hostname or "127.0.0.1", parsed.port or 6379), timeout=2
+        ):
+            pass
+    except OSError as exc:
+        _service_missing("Redis", url, exc)
+    return url
+
+
+@pytest.fixture
+def redis_prefix() -> str:
+    """A key prefix no other test (or test run) uses."""
+    return f"gs-test:{os.getpid()}:{os.urandom(4).hex()}:"

@@ -659,7 +659,9 @@ async def test_post_tool_use_failure_hook_sees_the_error() -> None:
     failures: list[dict[str, Any]] = []
 
     def on_failure(input_data: dict[str, Any], tool_use_id: str | None, context: Any) -> None:
-        failures.append({"tool": input_data["tool_name"], "error": input_data["error"], "id": tool_use_id})
+        failures.append(
+            {"tool": input_data["tool_name"], "error": input_data["error"], "id": tool_use_id}
+        )
 
     def flaky() -> str:
         """Fails."""

@@ -181,11 +181,11 @@ def test_records_validate_their_fields() -> None:
 @pytest.mark.parametrize(
     ("load", "disable", "expected"),
     [
-        (None, None, {"lru", "good"}),
+        (None, None, {"lru", "redis", "good"}),
         ("", None, set()),
         ("good", None, {"good"}),
         ("good,lru", "lru", {"good"}),
-        (None, "lru, good", set()),
+        (None, "lru, good, redis", set()),
     ],
 )
 def test_env_allow_and_deny_lists(

@@ -1,0 +1,146 @@
+"""A shared Groundswell cache on Redis: ``Agent(cache="redis")``.
+
+Needs the ``redis`` extra: ``pip install "groundswell[redis]"``. The server is
+``GROUNDSWELL_REDIS_URL``, else ``REDIS_URL``, else ``redis://127.0.0.1:6379/0``.
+Entries are JSON under ``<prefix><key>`` with a TTL. Clearing a prefix uses
+``SCAN`` (never ``KEYS``, which blocks the server). Connection errors are
+raised to the caller; Groundswell's agents turn them into a cache miss with a
+``cache_error`` event, so a Redis outage never fails a run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+from typing import Any
+
+from groundswell import CacheBackend, ConfigurationError, hookimpl
+
+__all__ = ["RedisCache"]
+
+DEFAULT_URL = "redis://127.0.0.1:6379/0"
+
+
+def _redis_asyncio() -> Any:
+    try:
+        import redis.asyncio as redis_asyncio
+    except ImportError as exc:
+        raise ConfigurationError(
+            'the "redis" cache backend needs the redis package: pip install "groundswell[redis]"'
+        ) from exc
+    return redis_asyncio
+
+
+class RedisCache:
+    """A :class:`groundswell.Cache` on a Redis server, shared across processes and machines."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        prefix: str = "groundswell:",
+        ttl: float = 3600.0,
+        socket_timeout: float = 2.0,
+    ) -> None:
+        self._redis = _redis_asyncio()
+        self.url = (
+            url
+            or os.environ.get("GROUNDSWELL_REDIS_URL")
+            or os.environ.get("REDIS_URL")
+            or DEFAULT_URL
+        )
+        if ttl <= 0:
+            raise ConfigurationError(f"RedisCache ttl must be > 0 seconds, got {ttl}")
+        self.prefix = prefix
+        self.default_ttl = ttl
+        self.socket_timeout = socket_timeout
+        # A redis.asyncio client belongs to the event loop it first ran on; keep one per loop.
+        self._clients: dict[int, Any] = {}
+        self.hits = 0
+        self.misses = 0
+        self.errors = 0
+
+    def _client(self) -> Any:
+        loop_id = id(asyncio.get_running_loop())
+        client = self._clients.get(loop_id)
+        if client is None:
+            client = self._redis.Redis.from_url(
+                self.url,
+                socket_timeout=self.socket_timeout,
+                socket_connect_timeout=self.socket_timeout,
+                retry_on_timeout=False,
+            )
+            self._clients[loop_id] = client
+        return client
+
+    async def _call(self, operation: str, *args: Any) -> Any:
+        try:
+            return await getattr(self._client(), operation)(*args)
+        except Exception:
+            self.errors += 1
+            raise
+
+    async def get(self, key: str) -> Any | None:
+        """The value under ``key``, or ``None``; raises on connection errors."""
+        raw = await self._call("get", self.prefix + key)
+        if raw is None:
+            self.misses += 1
+            return None
+        self.hits += 1
+        return json.loads(raw)
+
+    async def set(self, key: str, value: Any, ttl: float | None = None) -> None:
+        """Store ``value`` as JSON for ``ttl`` seconds (default: the cache's TTL)."""
+        life_ms = max(1, int((ttl or self.default_ttl) * 1000))
+        await self._call(
+            "set", self.prefix + key, json.dumps(value, separators=(",", ":")), None, life_ms
+        )
+
+    async def bust(self, key: str) -> bool:
+        """Remove ``key``; True if it was present."""
+        return bool(await self._call("delete", self.prefix + key))
+
+    async def bust_prefix(self, prefix: str) -> int:
+        """Remove every key starting with ``prefix`` (SCAN in batches, then UNLINK)."""
+        pattern = re.sub(r"([*?\[\]\\])", r"\\\1", self.prefix + prefix) + "*"
+        client = self._client()
+        removed = 0
+        try:
+            batch: list[Any] = []
+            async for name in client.scan_iter(match=pattern, count=500):
+                batch.append(name)
+                if len(batch) >= 500:
+                    removed += await client.unlink(*batch)
+                    batch = []
+            if batch:
+                removed += await client.unlink(*batch)
+        except Exception:
+            self.errors += 1
+            raise
+        return int(removed)
+
+    def metrics(self) -> dict[str, Any]:
+        """Hits, misses and errors seen by this process."""
+        return {"backend": "redis", "url": _without_password(self.url), "hits": self.hits,
+                "misses": self.misses, "errors": self.errors}  # fmt: skip
+
+    async def aclose(self) -> None:
+        """Close this event loop's connection pool."""
+        client = self._clients.pop(id(asyncio.get_running_loop()), None)
+        if client is not None:
+            await client.aclose()
+
+
+def _without_password(url: str) -> str:
+    return re.sub(r"//([^:@/]*):[^@/]*@", r"//\1:***@", url)
+
+
+@hookimpl
+def register_cache_backends() -> CacheBackend:
+    return CacheBackend(
+        name="redis",
+        factory=RedisCache,
+        description='Shared cache on Redis (pip install "groundswell[redis]").',
+    )

@@ -1,0 +1,155 @@
+"""The Redis cache backend against a real redis-server."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+from groundswell_redis import RedisCache
+
+from groundswell import Agent, get_cache
+from groundswell.testing import FakeAnthropicAPI, text
+
+
+@pytest.fixture
+async def cache(redis_server_url: str, redis_prefix: str):  # type: ignore[no-untyped-def]
+    backend = RedisCache(redis_server_url, prefix=redis_prefix, ttl=30)
+    yield backend
+    await backend.bust_prefix("")
+    await backend.aclose()
+
+
+async def test_get_set_ttl_bust(cache: RedisCache) -> None:
+    assert await cache.get("judge:1") is None
+    await cache.set("judge:1", {"value": [1, "two"], "stored_at": 1.0})
+    assert await cache.get("judge:1") == {"value": [1, "two"], "stored_at": 1.0}
+    await cache.set("judge:short", "x", ttl=0.05)
+    await asyncio.sleep(0.15)
+    assert await cache.get("judge:short") is None
+    assert await cache.bust("judge:1") is True and await cache.bust("judge:1") is False
+    assert cache.metrics()["hits"] == 1 and cache.metrics()["backend"] == "redis"
+
+
+async def test_bust_prefix_scans_many_keys_and_escapes_glob_characters(cache: RedisCache) -> None:
+    for i in range(1_200):
+        await cache.set(f"judge:{i}", i)
+    await cache.set("ju*ge:1", "star")
+    await cache.set("writer:1", "keep")
+    assert await cache.bust_prefix("judge:") == 1_200
+    assert await cache.get("ju*ge:1") == "star"
+    assert await cache.bust_prefix("ju*") == 1
+    assert await cache.get("writer:1") == "keep"
+
+
+async def test_agents_in_two_processes_share_answers(
+    redis_server_url: str, redis_prefix: str
+) -> None:
+    script = f"""
+import asyncio
+from groundswell import Agent
+from groundswell.testing import FakeAnthropicAPI
+from groundswell_redis import RedisCache
+
+async def main():
+    fake = FakeAnthropicAPI(lambda r: "computed elsewhere")
+    agent = Agent(name="shared", client=fake.client(), cache=RedisCache({redis_server_url!r}, prefix={redis_prefix!r}))
+    print(await agent.prompt("same question"), len(fake.requests))
+
+asyncio.run(main())
+"""
+    first = await asyncio.to_thread(
+        subprocess.run, [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    )
+    assert first.stdout.split() == ["computed", "elsewhere", "1"]
+    fake = FakeAnthropicAPI(lambda r: "computed here")
+    cache = RedisCache(redis_server_url, prefix=redis_prefix)
+    result = await Agent(name="shared", client=fake.client(), cache=cache).run("same question")
+    assert result.output == "computed elsewhere" and fake.requests == []
+    assert result.node.metrics["cache"] == "hit"
+    await cache.bust_prefix("")
+    await cache.aclose()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def private_redis(tmp_path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:  # type: ignore[no-untyped-def]
+    binary = shutil.which("redis-server")
+    if binary is None:
+        if os.environ.get("GROUNDSWELL_REQUIRE_SERVICES") == "1":
+            pytest.fail(
+                "redis-server is not installed; GROUNDSWELL_REQUIRE_SERVICES=1 makes it mandatory"
+            )
+        pytest.skip("redis-server is not installed")
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            binary,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(tmp_path),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    yield f"redis://127.0.0.1:{port}/0", proc
+    proc.kill()
+    proc.wait(5)
+
+
+async def test_redis_going_away_mid_run_degrades_to_misses(private_redis) -> None:  # type: ignore[no-untyped-def]
+    url, server = private_redis
+    fake = FakeAnthropicAPI(lambda r: f"fresh {len(r.messages)}")
+    cache = RedisCache(url, socket_timeout=0.5)
+    agent = Agent(name="outage", client=fake.client(), cache=cache)
+    assert await agent.prompt("q1") == "fresh 1"
+    assert (await agent.run("q1")).node.metrics["cache"] == "hit"
+    server.terminate()
+    server.wait(5)
+    result = await agent.run("q2")  # the server is gone: a miss with events, never a failure
+    assert result.output == "fresh 1" and result.node.metrics["cache"] == "miss"
+    errors = [e for e in result.node.events if e["type"] == "cache_error"]
+    assert [e["operation"] for e in errors] == ["get", "set"]
+    assert len(fake.requests) == 2 and cache.metrics()["errors"] >= 2
+
+
+async def test_redis_backend_by_name(
+    monkeypatch: pytest.MonkeyPatch, redis_server_url: str
+) -> None:
+    monkeypatch.setenv("GROUNDSWELL_REDIS_URL", redis_server_url)
+    backend = get_cache("redis")
+    assert isinstance(backend, RedisCache) and backend.url == redis_server_url
+    fake = FakeAnthropicAPI([text("named")])
+    assert (
+        await Agent(name="by-name-redis-test", client=fake.client(), cache="redis").prompt(
+            os.urandom(4).hex()
+        )
+        == "named"
+    )
+    await backend.bust_prefix("by-name-redis-test:")
+    await backend.aclose()
