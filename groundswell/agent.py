@@ -27,7 +27,7 @@ from .cache import (
     through_cache,
 )
 from .context import Frame, _frame, new_run_tree
-from .errors import ConfigurationError, MaxTurnsExceeded, ToolError
+from .errors import ConfigurationError, MaxTurnsExceeded, ResponseValidationError, ToolError
 from .hooks import HookRunner, PromptBlocked, blocked, specific
 from .model import api_error, build_request, call_model, is_retryable_stream_error, parse_output
 from .plugins import get_plugin_manager
@@ -60,11 +60,13 @@ class StreamEvent:
 
     ``type`` is ``text`` (``text`` holds a delta), ``tool_input`` (``tool_input``
     holds a partial-JSON delta), ``tool_call`` (``tool_call``: id, name, input),
-    ``tool_result`` (``tool_result``: tool_use_id, name, content, is_error) or,
-    last, ``result`` (``result`` is the validated output).
+    ``tool_result`` (``tool_result``: tool_use_id, name, content, is_error),
+    ``retry`` (the model turn broke off mid-stream and starts again: discard the
+    deltas received since the turn began; ``text`` says why) or, last,
+    ``result`` (``result`` is the validated output).
     """
 
-    type: Literal["text", "tool_input", "tool_call", "tool_result", "result"]
+    type: Literal["text", "tool_input", "tool_call", "tool_result", "retry", "result"]
     text: str | None = None
     tool_input: str | None = None
     tool_call: dict[str, Any] | None = None
@@ -286,7 +288,12 @@ class Agent:
         node = tree.start_node(
             NodeType.REFLECTION, f"{self.name}:reflect", frame.node if frame else None
         )
-        token = _frame.set(Frame(tree, node, frame.workflow if frame else None, self))
+        # Keep the caller's agent and hooks: reflecting is not running a sub-agent.
+        token = _frame.set(
+            Frame(tree, node, frame.workflow, frame.agent, frame.hooks)
+            if frame
+            else Frame(tree, node)
+        )
         try:
             first = await self.prompt(p, overrides)
             answer = first.model_dump_json() if isinstance(first, BaseModel) else str(first)
@@ -349,14 +356,14 @@ class Agent:
             NodeType.PROMPT, self.name, outer.node if outer else None, payload=payload
         )
         workflow = outer.workflow if outer else None
-        parent_agent: Agent | None = outer.agent if outer else None
-        token = _frame.set(Frame(tree, node, workflow, self))
+        # Set when this prompt runs inside another agent's tool call.
+        parent_hooks: HookRunner | None = outer.hooks if outer else None
+        token = _frame.set(Frame(tree, node, workflow))
         usage: dict[str, int] = {}
+        subagent = {"agent_id": node.id, "agent_type": self.name}
         try:
-            if parent_agent is not None:
-                await parent_agent._hooks_for(node).run(
-                    "SubagentStart", {"agent_id": node.id, "agent_type": self.name}
-                )
+            if parent_hooks is not None:
+                await parent_hooks.run("SubagentStart", subagent)
             result = await self._loop(prompt, settings, client, tree, node, usage, emit)
         except BaseException as exc:
             node.metrics["usage"] = usage
@@ -367,19 +374,14 @@ class Agent:
             raise
         finally:
             _frame.reset(token)
-            if parent_agent is not None:
+            if parent_hooks is not None:
                 with contextlib.suppress(Exception):
-                    await parent_agent._hooks_for(node).run(
-                        "SubagentStop", {"agent_id": node.id, "stop_hook_active": False}
-                    )
+                    await parent_hooks.run("SubagentStop", {**subagent, "stop_hook_active": False})
         node.metrics["usage"] = usage
         node.metrics["turns"] = result.turns
         tree.end_node(node, NodeStatus.COMPLETED, output=result.output, record_output=True)
         result.tree, result.node, result.usage = tree, node, usage
         return result
-
-    def _hooks_for(self, node: EventNode) -> HookRunner:
-        return HookRunner(self.config["hooks"], session_id=node.id)
 
     async def _loop(
         self,
@@ -525,11 +527,16 @@ class Agent:
                 )
                 tree.end_node(node, NodeStatus.FAILED, error=missing)
                 raise missing from exc
-            except anthropic.AnthropicError as exc:
+            except (
+                Exception
+            ) as exc:  # SDK, transport or anything else: a typed error, a closed node
                 error = api_error(exc, str(params["model"]))
                 tree.end_node(node, NodeStatus.FAILED, error=error)
                 if is_retryable_stream_error(exc) and attempt <= MID_STREAM_RETRIES:
                     tree.add_event(parent, "stream_retry", attempt=attempt, error=str(error))
+                    if emit is not None:
+                        # Deltas already sent for this turn are void; say so before resending.
+                        emit(StreamEvent("retry", text=str(error)))
                     continue
                 raise error from exc
             turn_usage = _usage(message.usage)
@@ -570,7 +577,7 @@ class Agent:
             kind, name, parent, payload={"tool_use_id": call_id, "input": jsonable(tool_input)}
         )
         outer = _frame.get()
-        token = _frame.set(Frame(tree, node, outer.workflow if outer else None, self))
+        token = _frame.set(Frame(tree, node, outer.workflow if outer else None, self, hooks))
         if emit:
             emit(
                 StreamEvent(
@@ -645,17 +652,26 @@ class Agent:
                         tool_use_id=call_id,
                     )
                 else:
-                    post = await hooks.run(
-                        "PostToolUse",
-                        {
-                            "tool_name": name,
-                            "tool_input": tool_input,
-                            "tool_use_id": call_id,
-                            "tool_response": content,
-                        },
-                        tool_name=name,
-                        tool_use_id=call_id,
-                    )
+                    try:
+                        post = await hooks.run(
+                            "PostToolUse",
+                            {
+                                "tool_name": name,
+                                "tool_input": tool_input,
+                                "tool_use_id": call_id,
+                                "tool_response": content,
+                            },
+                            tool_name=name,
+                            tool_use_id=call_id,
+                        )
+                    except Exception as exc:  # a broken hook must not void a tool that worked
+                        post = []
+                        tree.add_event(
+                            node,
+                            "hook_error",
+                            hook="PostToolUse",
+                            error=f"{type(exc).__name__}: {exc}",
+                        )
                     for spec in specific(post):
                         replaced = spec.get("updatedToolOutput", spec.get("updatedMCPToolOutput"))
                         if replaced is not None:
@@ -759,7 +775,8 @@ class _Conversation:
                 self.client, params, beta, tree, node, self.usage, self.emit
             )
             content = [_block(b) for b in message.content]
-            messages.append({"role": "assistant", "content": content})
+            if content:  # the API rejects an empty assistant turn; consecutive user turns merge
+                messages.append({"role": "assistant", "content": content})
             calls = [b for b in content if b.get("type") == "tool_use"]
             if message.stop_reason == "tool_use" and calls:
                 results = await asyncio.gather(
@@ -782,11 +799,25 @@ class _Conversation:
                 tree.add_event(node, "stop_blocked", reason=reason)
                 messages.append({"role": "user", "content": reason or "Please continue."})
                 continue
-            output = parse_output(text, self.prompt.response_format)
+            if message.stop_reason == "max_tokens":
+                tree.add_event(node, "truncated", max_tokens=self.settings["max_tokens"])
+            try:
+                output = parse_output(text, self.prompt.response_format)
+            except ResponseValidationError as exc:
+                if message.stop_reason == "max_tokens":
+                    exc.args = (
+                        f"the reply was cut off at max_tokens={self.settings['max_tokens']}; {exc}",
+                    )
+                raise
             return PromptResult(output=output, tree=tree, node=node, messages=messages, turns=turn)
+        why = (
+            "a Stop hook kept blocking the end"
+            if stop_hook_active
+            else "check the tools it keeps calling"
+        )
         raise MaxTurnsExceeded(
             f"agent {agent.name!r} did not finish within max_turns={self.settings['max_turns']} "
-            "model turns; raise max_turns or check the tools it keeps calling"
+            f"model turns; raise max_turns or {why}"
         )
 
 

@@ -26,13 +26,15 @@ __all__ = ["Frame", "current_frame", "current_node", "current_tree", "record_eve
 class Frame:
     """The current position in a run: its tree, the node code runs under, its workflow.
 
-    ``agent`` is the agent whose prompt (or tool call) is running, if any.
+    ``agent`` is the agent whose tool call is running, if any, and ``hooks`` the
+    hook runner of that agent's prompt (sub-agent hooks fire there).
     """
 
     tree: EventTree
     node: EventNode
     workflow: WorkflowContext | None = None
     agent: Any = None
+    hooks: Any = None
 
 
 _frame: ContextVar[Frame | None] = ContextVar("groundswell_frame", default=None)

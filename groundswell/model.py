@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import anthropic
+import httpx2
 from pydantic import BaseModel, ValidationError
 
 from .errors import ModelAPIError, ResponseValidationError
@@ -114,7 +115,12 @@ def api_error(exc: Exception, model: str) -> ModelAPIError:
         return ModelAPIError("request to the Anthropic API timed out", status_code=None)
     if isinstance(exc, anthropic.APIConnectionError):
         return ModelAPIError(f"could not reach the Anthropic API: {exc}", status_code=None)
-    return ModelAPIError(f"Anthropic SDK error: {exc}", status_code=None)
+    if isinstance(exc, httpx2.TransportError):
+        return ModelAPIError(
+            f"the connection to the Anthropic API broke: {type(exc).__name__}: {exc}",
+            status_code=None,
+        )
+    return ModelAPIError(f"model call failed: {type(exc).__name__}: {exc}", status_code=None)
 
 
 def _error_body(exc: anthropic.APIStatusError) -> tuple[str, str]:
@@ -126,10 +132,11 @@ def _error_body(exc: anthropic.APIStatusError) -> tuple[str, str]:
 
 
 def is_retryable_stream_error(exc: Exception) -> bool:
-    """True for an overloaded/server error that arrived as an SSE ``error`` event."""
+    """True for an overload/server error event or a dropped connection in mid-stream."""
     if isinstance(exc, anthropic.APIStatusError) and exc.status_code == 200:
         return _error_body(exc)[0] in _RETRYABLE_STREAM_ERRORS
-    return False
+    # The SDK retries failed connections itself, but not a body that breaks off.
+    return isinstance(exc, httpx2.TransportError)
 
 
 async def call_model(
@@ -141,9 +148,17 @@ async def call_model(
     """One model round trip; streams when ``on_delta(kind, text)`` is given."""
     api: Any = client.beta.messages if beta else client.messages
     if on_delta is None:
-        return await api.create(**params)
+        try:
+            return await api.create(**params)
+        except ValueError as exc:
+            # The SDK refuses non-streaming requests that may run past ten minutes
+            # (a large max_tokens); stream those and collect the final message.
+            if "streaming" not in str(exc).lower():
+                raise
     async with api.stream(**params) as stream:
         async for event in stream:
+            if on_delta is None:
+                continue
             if event.type == "text":
                 on_delta("text", event.text)
             elif event.type == "input_json":

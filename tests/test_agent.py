@@ -315,7 +315,7 @@ async def test_subagent_hooks_fire_when_a_tool_runs_another_agent() -> None:
 
     hooks = {"SubagentStart": [log], "SubagentStop": [log]}
     result = await agent_for(fake, name="lead", tools=[ask_expert], hooks=hooks).run("go")
-    assert events == ["SubagentStart:expert", "SubagentStop:"]
+    assert events == ["SubagentStart:expert", "SubagentStop:expert"]
     tool_node = result.node.children[1]
     assert shape(tool_node) == ["prompt:expert"]  # the sub-agent mounts under the tool call
 
