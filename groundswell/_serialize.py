@@ -84,7 +84,9 @@ def _jsonable(value: Any, _depth: int = 0) -> Any:
         return value
     if kind is dict and _depth < MAX_DEPTH and len(value) <= MAX_ITEMS:
         return {
-            (k if type(k) is str else str(jsonable(k, _depth + 1))): jsonable(v, _depth + 1)
+            (_truncate(k) if type(k) is str else str(jsonable(k, _depth + 1))): jsonable(
+                v, _depth + 1
+            )
             for k, v in value.items()
         }
     if value is None or isinstance(value, bool | int):
@@ -108,7 +110,9 @@ def _jsonable(value: Any, _depth: int = 0) -> Any:
             if i >= MAX_ITEMS:
                 out["…"] = f"[{len(value) - MAX_ITEMS} more items]"
                 break
-            out[k if isinstance(k, str) else str(jsonable(k, _depth + 1))] = jsonable(v, _depth + 1)
+            out[_truncate(k) if isinstance(k, str) else str(jsonable(k, _depth + 1))] = jsonable(
+                v, _depth + 1
+            )
         return out
     if isinstance(value, list | tuple | set | frozenset):
         items = list(value)

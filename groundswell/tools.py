@@ -8,10 +8,13 @@ Every tool ends up as an Anthropic tool definition (``name``, ``description``,
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
 import inspect
 import json
 import os
 import re
+import typing
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
@@ -27,6 +30,8 @@ from .errors import ConfigurationError, ToolError
 __all__ = ["MCPBridge", "Skill", "Tool", "ToolContext", "tool_result_content"]
 
 _NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+# Seconds a local MCP server gets to start and list its tools (config key "timeout").
+CONNECT_TIMEOUT = 30.0
 
 
 @dataclass(frozen=True)
@@ -81,6 +86,11 @@ class Tool:
     ) -> None:
         if not callable(fn):
             raise ToolError(f"a tool needs a callable, got {type(fn).__name__}")
+        if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+            raise ToolError(
+                f"tool {getattr(fn, '__name__', fn)!r} is a generator; a tool must return its "
+                "whole result (return a list or a string instead of yielding)"
+            )
         self.fn = fn
         #: A groundswell.ToolCachePolicy to cache this tool's results (deterministic tools only).
         self.cache = cache
@@ -109,13 +119,20 @@ class Tool:
             if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
                 continue
             annotation = hints.get(param.name, Any)
-            if annotation is ToolContext:
+            if annotation is ToolContext or ToolContext in typing.get_args(annotation):
                 self._context_param = param.name
                 continue
+            if param.kind is param.POSITIONAL_ONLY:
+                raise ToolError(
+                    f"tool {self.name!r}: parameter {param.name!r} is positional-only; tools are "
+                    "called with keyword arguments (remove the '/' from the signature)"
+                )
             default = ... if param.default is param.empty else param.default
-            fields[param.name] = (
+            # Internal field names with the real name as alias: parameters called
+            # "json", "schema" or "model_config" would otherwise clash with pydantic.
+            fields[f"arg{len(fields)}"] = (
                 annotation,
-                pydantic.Field(default, description=arg_docs.get(param.name)),
+                pydantic.Field(default, alias=param.name, description=arg_docs.get(param.name)),
             )
         try:
             return pydantic.create_model(f"{self.name}_input", **fields)
@@ -137,7 +154,10 @@ class Tool:
                 validated = self._model.model_validate(dict(arguments))
             except pydantic.ValidationError as exc:
                 raise ToolError(f"invalid input for tool {self.name!r}: {exc}") from exc
-            kwargs = {k: getattr(validated, k) for k in type(validated).model_fields}
+            kwargs = {
+                field.alias or name: getattr(validated, name)
+                for name, field in type(validated).model_fields.items()
+            }
         else:
             kwargs = dict(arguments)
         if self._context_param:
@@ -171,6 +191,11 @@ def tool_result_content(value: Any) -> str | list[dict[str, Any]]:
     """A tool's return value as ``tool_result`` content: text, or content blocks as given."""
     if isinstance(value, str):
         return value
+    if isinstance(value, bytes | bytearray):
+        try:
+            return bytes(value).decode("utf-8")
+        except UnicodeDecodeError:
+            return f"(binary, {len(value)} bytes, base64) {base64.b64encode(bytes(value)).decode()}"
     if isinstance(value, BaseModel):
         return value.model_dump_json()
     if (
@@ -268,6 +293,7 @@ class MCPBridge:
     def __init__(self, mcps: Sequence[Any], env: Mapping[str, str]) -> None:
         self.local: list[tuple[str, Any]] = []
         self.remote: list[dict[str, Any]] = []
+        self.timeouts: dict[str, float] = {}
         for item in mcps:
             self._add(item, env)
         self.tools: list[_MCPTool] = []
@@ -284,10 +310,17 @@ class MCPBridge:
             raise ConfigurationError(
                 f"mcps items must be an MCPServer or a config dict, got {type(item).__name__}"
             )
+        # Secrets first: nothing below may echo a token or env value before it is known.
+        for secret in [item.get("authorization_token"), *dict(item.get("env") or {}).values()]:
+            if secret:
+                register_secret(str(secret))
         kind = item.get("type", "stdio")
         name = item.get("name")
         if not name:
-            raise ConfigurationError(f"MCP server config needs a 'name': {dict(item)!r:.120}")
+            # Name the keys only: the values may hold tokens.
+            raise ConfigurationError(
+                f"an MCP server config needs a 'name' (got keys {sorted(item)})"
+            )
         if kind == "stdio":
             if not item.get("command"):
                 raise ConfigurationError(f"stdio MCP server {name!r} needs a 'command'")
@@ -300,9 +333,10 @@ class MCPBridge:
                 cwd=item.get("cwd"),
             )
             self.local.append((_server_name(name), params))
+            self.timeouts[_server_name(name)] = float(item.get("timeout", CONNECT_TIMEOUT))
         elif kind == "url":
-            if item.get("authorization_token"):
-                register_secret(str(item["authorization_token"]))
+            if not item.get("url"):
+                raise ConfigurationError(f"remote MCP server {name!r} needs a 'url'")
             remote = {k: v for k, v in item.items() if k != "type"}
             remote["type"] = "url"
             self.remote.append(remote)
@@ -316,12 +350,25 @@ class MCPBridge:
 
         try:
             for server_name, target in self.local:
-                client = await self._stack.enter_async_context(Client(target))
-                listed = await client.list_tools()
+                try:
+                    # A server that never answers must not hang the prompt forever.
+                    async with asyncio.timeout(self.timeouts.get(server_name, CONNECT_TIMEOUT)):
+                        client = await self._stack.enter_async_context(Client(target))
+                        listed = await client.list_tools()
+                except asyncio.CancelledError:
+                    raise
+                except BaseException as exc:
+                    cause = _leaf(exc)
+                    raise ToolError(
+                        f"MCP server {server_name!r} failed to start: {type(cause).__name__}: {cause}"
+                        if not isinstance(cause, TimeoutError)
+                        else f"MCP server {server_name!r} did not answer within "
+                        f"{self.timeouts.get(server_name, CONNECT_TIMEOUT)}s"
+                    ) from exc
                 for tool in listed.tools:
                     self.tools.append(
                         _MCPTool(
-                            name=f"mcp__{server_name}__{tool.name}",
+                            name=_mcp_tool_name(server_name, tool.name),
                             server=server_name,
                             remote_name=tool.name,
                             description=tool.description or tool.name,
@@ -336,6 +383,21 @@ class MCPBridge:
 
     async def __aexit__(self, *exc: object) -> None:
         await self._stack.aclose()
+
+
+def _leaf(exc: BaseException) -> BaseException:
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def _mcp_tool_name(server: str, tool: str) -> str:
+    """``mcp__<server>__<tool>``, made valid for the API (letters, digits, _ and -; 64 max)."""
+    name = f"mcp__{server}__{re.sub(r'[^a-zA-Z0-9_-]', '_', tool)}"
+    if len(name) > 64:
+        digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+        name = f"{name[:55]}_{digest}"
+    return name
 
 
 def _server_name(name: str) -> str:

@@ -8,6 +8,7 @@ encoding, SSE decoding, retries, error classes.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 import threading
@@ -35,6 +36,8 @@ from ._replies import (
 __all__ = ["FakeAnthropicAPI", "LoopbackServer", "auto_client"]
 
 FAKE_API_KEY = "sk-ant-fake-key-for-tests"
+# How handle() tells its transport to hold a reply back; never sent over the wire.
+DELAY_HEADER = "x-groundswell-fake-delay"
 
 
 def estimate_tokens(value: Any) -> int:
@@ -123,17 +126,30 @@ class FakeAnthropicAPI:
         missing = [f for f in ("model", "messages", "max_tokens") if f not in body]
         if missing:
             return self._error(error(400, f"{', '.join(missing)}: Field required"))
+        for i, message in enumerate(body["messages"]):
+            if not message.get("content") and i < len(body["messages"]) - 1:
+                # The real API refuses empty turns (all but a final assistant prefill).
+                return self._error(
+                    error(400, f"messages.{i}: all messages must have non-empty content")
+                )
         with self._lock:
             self.requests.append(request)
-        answer = self.model.respond(request)
+        try:
+            answer = self.model.respond(request)
+        except Exception as exc:
+            # A bug in a test's model function: say so, and tell the SDK not to retry.
+            reply = error(
+                500, f"groundswell.testing: the fake model raised {type(exc).__name__}: {exc}"
+            )
+            reply.headers["x-should-retry"] = "false"
+            return self._error(reply)
         if isinstance(answer, ErrorReply):
             return self._error(answer)
-        if answer.delay:
-            time.sleep(answer.delay)
         message = self._message(request, answer)
         if request.stream:
-            return 200, {"content-type": "text/event-stream"}, self._stream(message, answer)
-        return self._json(200, message)
+            sse = {"content-type": "text/event-stream", DELAY_HEADER: str(answer.delay)}
+            return 200, sse, self._stream(message, answer)
+        return self._json(200, message, {DELAY_HEADER: str(answer.delay)} if answer.delay else None)
 
     def _message(self, request: MessagesRequest, reply: Reply) -> dict[str, Any]:
         body = request.body
@@ -223,13 +239,16 @@ class FakeAnthropicAPI:
     def transport(self) -> httpx2.MockTransport:
         """An ``httpx2`` transport that answers in-process."""
 
-        def handler(request: httpx2.Request) -> httpx2.Response:
+        async def handler(request: httpx2.Request) -> httpx2.Response:
             status, headers, chunks = self.handle(
                 request.method,
                 request.url.raw_path.decode(),
                 dict(request.headers),
                 request.content,
             )
+            delay = float(headers.pop(DELAY_HEADER, 0) or 0)
+            if delay:
+                await asyncio.sleep(delay)  # in-process: never block the event loop
             return httpx2.Response(status, headers=headers, content=b"".join(chunks))
 
         return httpx2.MockTransport(handler)
@@ -317,6 +336,9 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         raw = self.rfile.read(int(self.headers.get("content-length") or 0))
         status, headers, chunks = self.fake.handle("POST", self.path, dict(self.headers), raw)
+        delay = float(headers.pop(DELAY_HEADER, 0) or 0)
+        if delay:
+            time.sleep(delay)  # a server thread of its own: sleeping here blocks nobody else
         self.send_response(status)
         for key, value in headers.items():
             self.send_header(key, value)

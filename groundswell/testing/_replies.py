@@ -295,8 +295,12 @@ def sample_from_schema(schema: dict[str, Any], defs: dict[str, Any] | None = Non
     return _sample(schema, defs if defs is not None else schema.get("$defs", {}), 0)
 
 
+# Past this depth optional values stay empty, so recursive models terminate.
+_DEEP = 6
+
+
 def _sample(schema: Any, defs: dict[str, Any], depth: int) -> Any:
-    if not isinstance(schema, dict) or depth > 20:
+    if not isinstance(schema, dict) or depth > 40:
         return None
     if "$ref" in schema:
         return _sample(defs.get(schema["$ref"].split("/")[-1], {}), defs, depth + 1)
@@ -308,6 +312,8 @@ def _sample(schema: Any, defs: dict[str, Any], depth: int) -> Any:
         return schema["enum"][0]
     for key in ("anyOf", "oneOf"):
         if key in schema:
+            if depth > _DEEP and any(o.get("type") == "null" for o in schema[key]):
+                return None
             options = [o for o in schema[key] if o.get("type") != "null"] or schema[key]
             return _sample(options[0], defs, depth + 1)
     if "allOf" in schema:
@@ -320,19 +326,28 @@ def _sample(schema: Any, defs: dict[str, Any], depth: int) -> Any:
         kind = next((k for k in kind if k != "null"), "null")
     if kind == "object" or (kind is None and "properties" in schema):
         props = schema.get("properties", {})
-        return {name: _sample(sub, defs, depth + 1) for name, sub in props.items()}
+        required: set[str] = set(schema.get("required") or props)
+        return {
+            name: _sample(sub, defs, depth + 1)
+            for name, sub in props.items()
+            if name in required or depth <= _DEEP
+        }
     if kind == "array":
-        count = max(1, int(schema.get("minItems", 1)))
+        if "prefixItems" in schema:  # tuples
+            return [_sample(item, defs, depth + 1) for item in schema["prefixItems"]]
+        min_items = int(schema.get("minItems", 0))
+        count = min_items if depth > _DEEP else max(1, min_items)
         return [_sample(schema.get("items", {}), defs, depth + 1) for _ in range(count)]
     if kind == "string":
         sample = _FORMATS.get(schema.get("format", ""), "example")
-        return sample.ljust(int(schema.get("minLength", 0)), "x")
+        sample = sample.ljust(int(schema.get("minLength", 0)), "x")
+        return sample[: int(schema["maxLength"])] if "maxLength" in schema else sample
     if kind in ("integer", "number"):
         low = schema.get("minimum", schema.get("exclusiveMinimum"))
         value = 0 if low is None else (low + 1 if "exclusiveMinimum" in schema else low)
-        high = schema.get("maximum")
-        if high is not None and value > high:
-            value = high
+        high = schema.get("maximum", schema.get("exclusiveMaximum"))
+        if high is not None and value >= high:
+            value = high if "maximum" in schema else high - 1
         return int(value) if kind == "integer" else float(value)
     if kind == "boolean":
         return True
