@@ -91,7 +91,11 @@ def _canon(value: Any, where: str, seen: set[int]) -> Any:
     if isinstance(value, bytes | bytearray):
         return {"$bytes": base64.b64encode(bytes(value)).decode("ascii")}
     if isinstance(value, BaseModel):
-        return _canon(value.model_dump(mode="json"), where, seen)
+        try:
+            dumped = value.model_dump(mode="json")
+        except ValueError as exc:  # pydantic's own cycle detection
+            raise TypeError(f"cannot dump the {type(value).__name__} at {where}: {exc}") from exc
+        return _canon(dumped, where, seen)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
         return _nested(value, fields, where, seen)
@@ -103,6 +107,15 @@ def _canon(value: Any, where: str, seen: set[int]) -> Any:
     )
 
 
+def _key(key: Any, where: str, seen: set[int]) -> str:
+    """A mapping key as JSON text: strings as they are, others by their canonical form."""
+    if isinstance(key, str):
+        return key
+    canon = _canon(key, where, seen)
+    # Dates, UUIDs, enums of strings...: their string form, not a quoted JSON string.
+    return canon if isinstance(canon, str) else json.dumps(canon, sort_keys=True)
+
+
 def _nested(owner: Any, value: Any, where: str, seen: set[int]) -> Any:
     marker = id(owner)
     if marker in seen:
@@ -112,9 +125,12 @@ def _nested(owner: Any, value: Any, where: str, seen: set[int]) -> Any:
         if isinstance(value, Mapping):
             out: dict[str, Any] = {}
             for k, v in value.items():
-                key = (
-                    k if isinstance(k, str) else json.dumps(_canon(k, where, seen), sort_keys=True)
-                )
+                key = _key(k, where, seen)
+                if key in out:
+                    # {1: ..., "1": ...} would otherwise keep whichever came last.
+                    raise TypeError(
+                        f"keys at {where} collide: two keys both become {key!r} in JSON"
+                    )
                 out[key] = _canon(v, f"{where}.{key}", seen)
             return out
         items = [_canon(v, f"{where}[{i}]", seen) for i, v in enumerate(value)]

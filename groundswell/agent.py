@@ -39,6 +39,7 @@ from .tools import (
     ToolContext,
     _MCPTool,
     call_mcp_tool,
+    register_mcp_secrets,
     skills_system_text,
     skills_tool,
     tool_result_content,
@@ -196,6 +197,7 @@ class Agent:
             )
         for value in self.config["env"].values():
             register_secret(str(value))
+        register_mcp_secrets(self.config["mcps"])
         self.tool_cache: dict[str, ToolCachePolicy] = dict(tool_cache or {})
         for tool_name, policy in self.tool_cache.items():
             if not isinstance(policy, ToolCachePolicy):
@@ -332,6 +334,7 @@ class Agent:
             settings.update(given)
             for value in (given.get("env") or {}).values():
                 register_secret(str(value))
+            register_mcp_secrets(given.get("mcps") or [])
         return settings
 
     async def _run(
@@ -351,7 +354,7 @@ class Agent:
             "response_format": prompt.response_format.__name__ if prompt.response_format else None,
         }
         if prompt.data is not None:
-            payload["data"] = jsonable(prompt.data)
+            payload["data"] = prompt.data
         node = tree.start_node(
             NodeType.PROMPT, self.name, outer.node if outer else None, payload=payload
         )
@@ -545,13 +548,15 @@ class Agent:
             node.metrics["usage"] = turn_usage
             node.metrics["attempt"] = attempt
             text = "".join(getattr(b, "text", "") for b in message.content if b.type == "text")
-            node.payload["response"] = {
-                "id": message.id,
-                "model": message.model,
-                "stop_reason": message.stop_reason,
-                "text": text[:_PREVIEW],
-                "tool_calls": [b.name for b in message.content if b.type == "tool_use"],
-            }
+            node.payload["response"] = jsonable(
+                {
+                    "id": message.id,
+                    "model": message.model,
+                    "stop_reason": message.stop_reason,
+                    "text": text[:_PREVIEW],
+                    "tool_calls": [b.name for b in message.content if b.type == "tool_use"],
+                }
+            )
             if emit is not None:
                 node.payload["stream"] = {
                     "text_deltas": len(streamed["text"]),
@@ -574,7 +579,7 @@ class Agent:
         handler = tools.handlers.get(name)
         kind = NodeType.MCP_CALL if isinstance(handler, _MCPTool) else NodeType.TOOL_CALL
         node = tree.start_node(
-            kind, name, parent, payload={"tool_use_id": call_id, "input": jsonable(tool_input)}
+            kind, name, parent, payload={"tool_use_id": call_id, "input": tool_input}
         )
         outer = _frame.get()
         token = _frame.set(Frame(tree, node, outer.workflow if outer else None, self, hooks))

@@ -5,7 +5,7 @@ same with plain dicts (``{"matcher": "Write|Edit", "hooks": [cb]}``) when the
 ``claude_agent_sdk`` package is not installed. A callback is
 ``async def cb(input_data: dict, tool_use_id: str | None, context: dict) -> dict``.
 
-Outputs understood (others are recorded and ignored):
+Outputs understood (anything else in an output is ignored):
 
 - ``PreToolUse``: ``hookSpecificOutput.permissionDecision`` ``"deny"`` (or
   ``"ask"``, as nobody is there to ask) blocks the tool with

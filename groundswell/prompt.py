@@ -79,8 +79,6 @@ class Prompt(Generic[T]):
     mcps: Sequence[Any] | None = None
     skills: Sequence[Any] | None = None
     hooks: Mapping[str, Any] | None = None
-    enable_reflection: bool | None = None
-    extract: Any = None
     _rendered: str = dataclasses.field(default="", init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -118,7 +116,7 @@ class PromptOverrides:
 
     Takes every Messages API request field by its API name, plus ``mcps``,
     ``skills``, ``hooks``, ``env``, ``max_turns``, ``cache`` (a backend name or
-    :class:`~groundswell.Cache`), ``disable_cache`` and ``enable_reflection``.
+    :class:`~groundswell.Cache`) and ``disable_cache``.
     """
 
     model: str | None = None
@@ -144,7 +142,6 @@ class PromptOverrides:
     max_turns: int | None = None
     cache: Any = None
     disable_cache: bool | None = None
-    enable_reflection: bool | None = None
 
     def __post_init__(self) -> None:
         from .cache import Cache

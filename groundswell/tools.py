@@ -310,10 +310,7 @@ class MCPBridge:
             raise ConfigurationError(
                 f"mcps items must be an MCPServer or a config dict, got {type(item).__name__}"
             )
-        # Secrets first: nothing below may echo a token or env value before it is known.
-        for secret in [item.get("authorization_token"), *dict(item.get("env") or {}).values()]:
-            if secret:
-                register_secret(str(secret))
+        register_mcp_secrets([item])  # first: nothing below may echo a secret
         kind = item.get("type", "stdio")
         name = item.get("name")
         if not name:
@@ -383,6 +380,15 @@ class MCPBridge:
 
     async def __aexit__(self, *exc: object) -> None:
         await self._stack.aclose()
+
+
+def register_mcp_secrets(mcps: Sequence[Any]) -> None:
+    """Remember the tokens and env values of MCP configs as secrets, to scrub them everywhere."""
+    for item in mcps:
+        if isinstance(item, Mapping):
+            for secret in [item.get("authorization_token"), *dict(item.get("env") or {}).values()]:
+                if secret:
+                    register_secret(str(secret))
 
 
 def _leaf(exc: BaseException) -> BaseException:

@@ -200,8 +200,16 @@ class EventTree:
         *,
         payload: dict[str, Any] | None = None,
     ) -> EventNode:
-        """Add a running node under ``parent`` (the root when ``parent`` is None)."""
-        node = EventNode(type, name, parent_id=parent.id if parent else None, payload=payload)
+        """Add a running node under ``parent`` (the root when ``parent`` is None).
+
+        ``payload`` is recorded JSON-safe, with secrets scrubbed.
+        """
+        node = EventNode(
+            type,
+            name,
+            parent_id=parent.id if parent else None,
+            payload=jsonable(payload) if payload else None,
+        )
         self._attach(node, parent)
         if self._dispatch is not None:
             self._dispatch(Event("node_start", node, _start_record(node), self._run_id()))

@@ -276,7 +276,7 @@ class Workflow(Generic[P, T]):
             parent_wf = outer.workflow.workflow_id if outer.workflow is not None else None
         payload: dict[str, Any] = {}
         if args or kwargs:
-            payload["input"] = jsonable({"args": args, "kwargs": kwargs})
+            payload["input"] = {"args": args, "kwargs": kwargs}
         node = tree.start_node(NodeType.WORKFLOW, self.name, parent, payload=payload)
         ctx = WorkflowContext(self, tree, node, parent_wf)
         token = _frame.set(Frame(tree, node, ctx))

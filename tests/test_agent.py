@@ -670,3 +670,113 @@ async def test_post_tool_use_failure_hook_sees_the_error() -> None:
     fake = FakeAnthropicAPI([tool_use("flaky", {}, id="toolu_1"), text("gave up")])
     await agent_for(fake, tools=[flaky], hooks={"PostToolUseFailure": [on_failure]}).prompt("go")
     assert failures == [{"tool": "flaky", "error": "RuntimeError: disk full", "id": "toolu_1"}]
+
+
+async def test_large_max_tokens_is_streamed_instead_of_refused() -> None:
+    fake = FakeAnthropicAPI([text("long answer")])
+    assert await agent_for(fake, max_tokens=64_000).prompt("write a book") == "long answer"
+    assert fake.requests[0].stream
+
+
+async def test_a_raising_fake_model_is_a_clear_unretried_error() -> None:
+    def broken(request: MessagesRequest) -> Reply:
+        raise KeyError("oops")
+
+    fake = FakeAnthropicAPI(broken)
+    with pytest.raises(ModelAPIError, match="the fake model raised KeyError") as info:
+        await agent_for(fake, max_retries=2).prompt("x")
+    assert info.value.status_code == 500 and len(fake.requests) == 1
+
+
+async def test_mid_stream_retry_tells_the_consumer_to_discard() -> None:
+    broken = Reply([{"type": "text", "text": "Hello partial"}], stream_error=error(529))
+    fake = FakeAnthropicAPI([broken, text("Hello world")])
+    events = [e async for e in agent_for(fake).stream("go")]
+    kinds = [e.type for e in events]
+    retry_at = kinds.index("retry")
+    after = "".join(e.text or "" for e in events[retry_at + 1 :] if e.type == "text")
+    assert after == "Hello world" and events[-1].result == "Hello world"
+
+
+async def test_cut_off_structured_reply_says_it_was_truncated() -> None:
+    fake = FakeAnthropicAPI([text('{"approve": tr', stop_reason="max_tokens")])
+    with pytest.raises(ResponseValidationError, match="cut off at max_tokens=4096"):
+        await agent_for(fake).prompt(Prompt(user="x", response_format=Verdict))
+
+
+async def test_post_tool_use_hook_that_raises_keeps_the_result() -> None:
+    def broken(input_data: dict[str, Any], tool_use_id: str | None, context: Any) -> None:
+        raise RuntimeError("hook bug")
+
+    fake = FakeAnthropicAPI([tool_use("add", {"a": 1, "b": 2}), text("ok")])
+    result = await agent_for(fake, tools=[add], hooks={"PostToolUse": [broken]}).run("go")
+    (tool_result,) = fake.requests[1].tool_results()
+    assert tool_result["content"] == "3" and "is_error" not in tool_result
+    assert result.node.children[1].events[0]["type"] == "hook_error"
+
+
+async def test_reflect_is_not_a_sub_agent_of_itself() -> None:
+    events: list[str] = []
+    hooks = {"SubagentStart": [lambda d, t, c: events.append("start")]}
+    fake = FakeAnthropicAPI([text("v1"), text("v2")])
+    assert await agent_for(fake, hooks=hooks).reflect("q") == "v2"
+    assert events == []
+
+
+async def test_secrets_in_mcp_configs_never_reach_errors_or_the_tree() -> None:
+    bad = {"type": "url", "url": "https://x", "authorization_token": "tok-abcdef-123"}
+    with pytest.raises(ConfigurationError) as info:
+        await agent_for(FakeAnthropicAPI(), mcps=[bad]).prompt("x")
+    assert "tok-abcdef-123" not in str(info.value) and "needs a 'name'" in str(info.value)
+
+    # Building an agent with the config is enough for its secrets to be scrubbed.
+    server = {"type": "stdio", "name": "s", "command": "true", "env": {"TOKEN": "tok-env-secret-9"}}
+    with_server = agent_for(FakeAnthropicAPI(), mcps=[server])
+
+    def echo(**kwargs: Any) -> str:
+        """Echo."""
+        return json.dumps(kwargs)
+
+    fake = FakeAnthropicAPI(
+        [tool_use("echo", {"tok-env-secret-9": "as a key"}), text("tok-env-secret-9")]
+    )
+    result = await agent_for(fake, tools=[Tool(echo, input_schema={"type": "object"})]).run("x")
+    assert "tok-env-secret-9" not in json.dumps(result.tree.to_json())
+    with pytest.raises(groundswell.ToolError, match="MCP server 's' failed to start"):
+        await with_server.prompt("x")
+
+
+async def test_mcp_tool_names_are_made_valid_for_the_api() -> None:
+    server = MCPServer("my server.v2")
+
+    @server.tool(name="files.read")
+    def read() -> str:
+        """Read."""
+        return "data"
+
+    fake = FakeAnthropicAPI([text("ok")])
+    await agent_for(fake, mcps=[server]).prompt("x")
+    (name,) = [t["name"] for t in fake.requests[0].tools]
+    assert name == "mcp__my_server_v2__files_read"
+
+
+def test_tool_signatures_that_cannot_work_are_refused_and_odd_names_work() -> None:
+    async def stream_it() -> Any:
+        yield 1
+
+    def positional(a: int, /) -> int:
+        return a
+
+    with pytest.raises(groundswell.ToolError, match="is a generator"):
+        Tool(stream_it)
+    with pytest.raises(groundswell.ToolError, match="positional-only"):
+        Tool(positional)
+
+    def odd(json: str, schema: int = 1, ctx: ToolContext | None = None) -> bytes:
+        """Odd names."""
+        return f"{json}{schema}{ctx is not None}".encode()
+
+    tool = Tool(odd)
+    assert sorted(tool.input_schema["properties"]) == ["json", "schema"]
+    out = asyncio.run(tool.run({"json": "j"}, ToolContext(agent="a", tool_use_id="t")))
+    assert groundswell.tools.tool_result_content(out) == "j1True"

@@ -355,3 +355,12 @@ async def test_agent_level_tool_cache_policy_with_key_function() -> None:
     assert calls == [3]
     with pytest.raises(ConfigurationError, match="must be a ToolCachePolicy"):
         Agent(tool_cache={"lookup": {"ttl": 1}})  # type: ignore[dict-item]
+
+
+def test_colliding_keys_are_an_error_and_non_string_keys_read_naturally() -> None:
+    with pytest.raises(TypeError, match="collide"):
+        canonical_json({1: "a", "1": "b"})
+    assert (
+        canonical_json({Colour.RED: 1, dt.date(2024, 1, 1): 2, 3: 4})
+        == '{"2024-01-01":2,"3":4,"red":1}'
+    )

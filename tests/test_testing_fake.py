@@ -232,3 +232,39 @@ def test_auto_client_is_real_with_a_key_and_fake_without(monkeypatch: pytest.Mon
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-real-looking")
     online = auto_client()
     assert "api.anthropic.com" in str(online.base_url)
+
+
+async def test_delays_do_not_block_the_event_loop_in_process() -> None:
+    import asyncio
+    import time
+
+    fake = FakeAnthropicAPI(lambda request: Reply([{"type": "text", "text": "late"}], delay=0.2))
+    client = fake.client()
+    started = time.perf_counter()
+    await asyncio.gather(
+        *(client.messages.create(model="m", max_tokens=5, messages=HI) for _ in range(4))
+    )
+    assert time.perf_counter() - started < 0.6
+
+
+async def test_empty_messages_are_refused_like_the_real_api() -> None:
+    fake = FakeAnthropicAPI([text("never")])
+    messages = [*HI, {"role": "assistant", "content": []}, {"role": "user", "content": "again"}]
+    with pytest.raises(anthropic.BadRequestError, match="non-empty content"):
+        await fake.client(max_retries=0).messages.create(model="m", max_tokens=5, messages=messages)  # type: ignore[arg-type]
+
+
+class Node(BaseModel):
+    name: str
+    children: list[Node] = []
+    parent: Node | None = None
+    pair: tuple[int, str] = (1, "a")
+
+
+def test_schema_sampler_terminates_on_recursive_models_and_keeps_lengths() -> None:
+    assert Node.model_validate(sample_from_schema(Node.model_json_schema()))
+    schema = {"type": "string", "minLength": 3, "maxLength": 5}
+    assert 3 <= len(sample_from_schema(schema)) <= 5
+    assert (
+        sample_from_schema({"type": "integer", "exclusiveMinimum": 0, "exclusiveMaximum": 2}) == 1
+    )
