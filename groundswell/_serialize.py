@@ -23,30 +23,33 @@ MAX_STRING = 10_000
 MAX_ITEMS = 1_000
 MAX_DEPTH = 32
 
-_secrets: set[str] = set()
+_secrets: tuple[str, ...] = ()
 _secrets_lock = threading.Lock()
 
 
 def register_secret(value: str) -> None:
     """Scrub ``value`` from every string the tree records from now on (API keys, env values)."""
     # Very short values would redact ordinary words; they are not secrets worth hiding.
-    if isinstance(value, str) and len(value) >= 6:
+    global _secrets
+    if isinstance(value, str) and len(value) >= 6 and value not in _secrets:
         with _secrets_lock:
-            _secrets.add(value)
+            # Longest first, so a secret containing another is replaced whole.
+            _secrets = tuple(sorted({*_secrets, value}, key=len, reverse=True))
 
 
 def scrub(text: str) -> str:
     """Replace every registered secret inside ``text`` with the redaction marker."""
-    if not _secrets:
-        return text
-    for secret in tuple(_secrets):
+    for secret in _secrets:  # an immutable tuple: safe to read while another thread adds
         if secret in text:
             text = text.replace(secret, REDACTED)
     return text
 
 
 def _truncate(text: str) -> str:
-    if not _secrets and len(text) <= MAX_STRING:
+    if len(text) <= MAX_STRING:
+        for secret in _secrets:
+            if secret in text:
+                return scrub(text)
         return text
     text = scrub(text)
     if len(text) > MAX_STRING:
@@ -83,12 +86,16 @@ def _jsonable(value: Any, _depth: int = 0) -> Any:
     if kind is int or kind is bool or value is None:
         return value
     if kind is dict and _depth < MAX_DEPTH and len(value) <= MAX_ITEMS:
-        return {
-            (_truncate(k) if type(k) is str else str(jsonable(k, _depth + 1))): jsonable(
-                v, _depth + 1
-            )
-            for k, v in value.items()
-        }
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            vkind = type(v)
+            # Inline the common leaves: this runs for every payload of every node.
+            if vkind is str:
+                v = _truncate(v)
+            elif not (vkind is int or vkind is bool or v is None):
+                v = jsonable(v, _depth + 1)
+            out[_truncate(k) if type(k) is str else str(jsonable(k, _depth + 1))] = v
+        return out
     if value is None or isinstance(value, bool | int):
         return value
     if isinstance(value, float):
@@ -105,7 +112,7 @@ def _jsonable(value: Any, _depth: int = 0) -> Any:
     if isinstance(value, enum.Enum):
         return jsonable(value.value, _depth + 1)
     if isinstance(value, Mapping):
-        out: dict[str, Any] = {}
+        out = {}
         for i, (k, v) in enumerate(value.items()):
             if i >= MAX_ITEMS:
                 out["…"] = f"[{len(value) - MAX_ITEMS} more items]"

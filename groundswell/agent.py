@@ -502,7 +502,12 @@ class Agent:
         while True:
             attempt += 1
             node = tree.start_node(
-                NodeType.MODEL_CALL, str(params["model"]), parent, payload={"request": request}
+                NodeType.MODEL_CALL,
+                str(params["model"]),
+                parent,
+                # Model and tool names, counts and flags only: nothing to scrub.
+                payload={"request": request},
+                trusted=True,
             )
             streamed: dict[str, list[str]] = {"text": [], "tool_input": []}
 

@@ -199,17 +199,16 @@ class EventTree:
         parent: EventNode | None = None,
         *,
         payload: dict[str, Any] | None = None,
+        trusted: bool = False,
     ) -> EventNode:
         """Add a running node under ``parent`` (the root when ``parent`` is None).
 
-        ``payload`` is recorded JSON-safe, with secrets scrubbed.
+        ``payload`` is recorded JSON-safe, with secrets scrubbed; ``trusted=True``
+        skips that for payloads the caller built from plain, secret-free values.
         """
-        node = EventNode(
-            type,
-            name,
-            parent_id=parent.id if parent else None,
-            payload=jsonable(payload) if payload else None,
-        )
+        if payload and not trusted:
+            payload = jsonable(payload)
+        node = EventNode(type, name, parent_id=parent.id if parent else None, payload=payload)
         self._attach(node, parent)
         if self._dispatch is not None:
             self._dispatch(Event("node_start", node, _start_record(node), self._run_id()))
