@@ -838,7 +838,12 @@ def _cache_for(settings: Mapping[str, Any]) -> Cache | None:
     if choice is None or choice is False:
         return None
     if choice is True:
-        return get_cache(None)
+        # "The default backend": the enclosing workflow's choice, else the process default.
+        frame = _frame.get()
+        chosen = frame.workflow.cache if frame is not None and frame.workflow is not None else None
+        if chosen is None:
+            return get_cache(None)
+        return get_cache(chosen) if isinstance(chosen, str) else chosen
     if isinstance(choice, str):
         return get_cache(choice)
     # Checked once when the agent or override was built: isinstance against a

@@ -124,7 +124,7 @@ async def _call(name: str, fn: Any) -> Any:
 class WorkflowContext:
     """What a workflow function gets as ``ctx``: steps, state, spawning, its node and tree."""
 
-    __slots__ = ("_tree", "node", "parent_workflow_id", "state", "workflow")
+    __slots__ = ("_tree", "cache", "node", "parent_workflow_id", "state", "workflow")
 
     def __init__(
         self,
@@ -138,6 +138,7 @@ class WorkflowContext:
         self.node = node
         self.parent_workflow_id = parent_workflow_id
         self.state: dict[str, Any] = {}
+        self.cache: Any = workflow.cache
 
     @property
     def workflow_id(self) -> str:
@@ -252,6 +253,8 @@ class Workflow(Generic[P, T]):
         self,
         executor: Callable[Concatenate[WorkflowContext, P], Awaitable[T]],
         name: str | None = None,
+        *,
+        cache: Any = None,
     ) -> None:
         if not inspect.iscoroutinefunction(executor):
             raise ConfigurationError(
@@ -259,6 +262,9 @@ class Workflow(Generic[P, T]):
             )
         self.executor = executor
         self.name: str = name or str(getattr(executor, "__name__", "workflow"))
+        #: Cache backend (a name or a Cache) for agents inside that enable caching
+        #: without naming a backend; nested runs inherit it.
+        self.cache = cache
         self.__doc__ = executor.__doc__
 
     async def run(self, *args: P.args, **kwargs: P.kwargs) -> WorkflowResult[T]:
@@ -279,6 +285,8 @@ class Workflow(Generic[P, T]):
             payload["input"] = {"args": args, "kwargs": kwargs}
         node = tree.start_node(NodeType.WORKFLOW, self.name, parent, payload=payload)
         ctx = WorkflowContext(self, tree, node, parent_wf)
+        if ctx.cache is None and outer is not None and outer.workflow is not None:
+            ctx.cache = outer.workflow.cache
         token = _frame.set(Frame(tree, node, ctx))
         started = time.perf_counter()
         try:
@@ -350,26 +358,29 @@ def _workflow_error(name: str, exc: BaseException, result: WorkflowResult[Any]) 
 
 
 def create_workflow(
-    executor: Callable[Concatenate[WorkflowContext, P], Awaitable[T]], name: str | None = None
+    executor: Callable[Concatenate[WorkflowContext, P], Awaitable[T]],
+    name: str | None = None,
+    *,
+    cache: Any = None,
 ) -> Workflow[P, T]:
     """Build a :class:`Workflow` at run time; it mounts wherever it is run."""
-    return Workflow(executor, name=name)
+    return Workflow(executor, name=name, cache=cache)
 
 
 @overload
 def workflow(fn: Callable[Concatenate[WorkflowContext, P], Awaitable[T]], /) -> Workflow[P, T]: ...
 @overload
 def workflow(
-    *, name: str | None = None
+    *, name: str | None = None, cache: Any = None
 ) -> Callable[[Callable[Concatenate[WorkflowContext, P], Awaitable[T]]], Workflow[P, T]]: ...
 
 
-def workflow(fn: Any = None, /, *, name: str | None = None) -> Any:
+def workflow(fn: Any = None, /, *, name: str | None = None, cache: Any = None) -> Any:
     """Make a :class:`Workflow` from an async function: ``@workflow`` or ``@workflow(name=...)``."""
     if fn is not None:
-        return Workflow(fn, name=name)
+        return Workflow(fn, name=name, cache=cache)
 
     def decorate(f: Callable[Concatenate[WorkflowContext, P], Awaitable[T]]) -> Workflow[P, T]:
-        return Workflow(f, name=name)
+        return Workflow(f, name=name, cache=cache)
 
     return decorate

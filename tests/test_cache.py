@@ -364,3 +364,22 @@ def test_colliding_keys_are_an_error_and_non_string_keys_read_naturally() -> Non
         canonical_json({Colour.RED: 1, dt.date(2024, 1, 1): 2, 3: 4})
         == '{"2024-01-01":2,"3":4,"red":1}'
     )
+
+
+async def test_a_workflow_picks_the_backend_for_agents_inside_it() -> None:
+    shared = LRUCache()
+    fake = counting_fake()
+    agent = Agent(name="in-workflow", client=fake.client(), enable_cache=True)
+
+    @groundswell.workflow(name="inner")
+    async def inner(ctx: groundswell.WorkflowContext) -> str:
+        return await ctx.step("ask", agent.prompt("q"))
+
+    @groundswell.workflow(name="outer", cache=shared)
+    async def outer(ctx: groundswell.WorkflowContext) -> str:
+        return (await inner.run()).output or ""  # nested runs inherit the choice
+
+    assert (await outer.run()).output == "answer to q"
+    assert shared.metrics()["size"] == 1 and shared.metrics()["misses"] == 1
+    assert (await outer.run()).output == "answer to q"
+    assert len(fake.requests) == 1 and shared.metrics()["hits"] == 1
