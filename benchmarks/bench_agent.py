@@ -7,13 +7,12 @@ Results go to ``DIR/agent.json``.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import statistics
 import time
-from pathlib import Path
 from typing import Any
+
+from _report import output_dir, write
 
 from groundswell import Agent, WorkflowContext, workflow
 from groundswell.testing import FakeAnthropicAPI, text
@@ -105,15 +104,8 @@ async def run_all() -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--output", type=Path, default=Path("benchmarks/results"))
-    args = parser.parse_args()
-    results = asyncio.run(run_all())
-    args.output.mkdir(parents=True, exist_ok=True)
-    out = args.output / "agent.json"
-    out.write_text(json.dumps(results, indent=2) + "\n")
-    print(json.dumps(results, indent=2))
-    print(f"written to {out}")
+    directory = output_dir(__doc__)
+    write(asyncio.run(run_all()), "agent", directory)
 
 
 if __name__ == "__main__":

@@ -5,14 +5,12 @@ Results go to ``DIR/cache.json``.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import statistics
 import time
-from pathlib import Path
 from typing import Any
 
+from _report import output_dir, write
 from groundswell_lru import LRUCache
 from pydantic import BaseModel
 
@@ -114,15 +112,8 @@ async def run_all() -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--output", type=Path, default=Path("benchmarks/results"))
-    args = parser.parse_args()
-    results = asyncio.run(run_all())
-    args.output.mkdir(parents=True, exist_ok=True)
-    out = args.output / "cache.json"
-    out.write_text(json.dumps(results, indent=2) + "\n")
-    print(json.dumps(results, indent=2))
-    print(f"written to {out}")
+    directory = output_dir(__doc__)
+    write(asyncio.run(run_all()), "cache", directory)
 
 
 if __name__ == "__main__":

@@ -6,16 +6,15 @@ results are printed and written to ``DIR/kernel.json``.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import gc
 import json
-import platform
 import statistics
 import time
 import tracemalloc
-from pathlib import Path
 from typing import Any
+
+from _report import output_dir, write
 
 from groundswell import EventTree, NodeStatus, NodeType, WorkflowContext, workflow
 
@@ -130,26 +129,13 @@ def serialize(tree: EventTree) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--output", type=Path, default=Path("benchmarks/results"))
-    args = parser.parse_args()
-    results: dict[str, Any] = {
-        "machine": {
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            "cpus": __import__("os").cpu_count(),
-        },
-        "step_overhead": asyncio.run(step_overhead()),
-    }
+    directory = output_dir(__doc__)
+    results: dict[str, Any] = {"step_overhead": asyncio.run(step_overhead())}
     tree_result, tree = big_tree()
     results["tree_100k"] = tree_result
     results["ancestors_depth_10k"] = deep_ancestors()
     results["to_json_100k"] = serialize(tree)
-    args.output.mkdir(parents=True, exist_ok=True)
-    out = args.output / "kernel.json"
-    out.write_text(json.dumps(results, indent=2) + "\n")
-    print(json.dumps(results, indent=2))
-    print(f"written to {out}")
+    write(results, "kernel", directory)
 
 
 if __name__ == "__main__":

@@ -649,15 +649,11 @@ class Agent:
                 except Exception as exc:
                     error, is_error = exc, True
                     content = f"{type(exc).__name__}: {exc}"
+                about = {"tool_name": name, "tool_input": tool_input, "tool_use_id": call_id}
                 if is_error:
                     await hooks.run(
                         "PostToolUseFailure",
-                        {
-                            "tool_name": name,
-                            "tool_input": tool_input,
-                            "tool_use_id": call_id,
-                            "error": content,
-                        },
+                        {**about, "error": content},
                         tool_name=name,
                         tool_use_id=call_id,
                     )
@@ -665,12 +661,7 @@ class Agent:
                     try:
                         post = await hooks.run(
                             "PostToolUse",
-                            {
-                                "tool_name": name,
-                                "tool_input": tool_input,
-                                "tool_use_id": call_id,
-                                "tool_response": content,
-                            },
+                            {**about, "tool_response": content},
                             tool_name=name,
                             tool_use_id=call_id,
                         )
