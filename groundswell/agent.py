@@ -42,6 +42,7 @@ from .tools import (
     register_mcp_secrets,
     skills_system_text,
     skills_tool,
+    tool_for,
     tool_result_content,
 )
 from .tree import EventNode, EventTree, NodeStatus, NodeType
@@ -101,7 +102,7 @@ class _Tools:
         elif isinstance(item, Mapping):
             definition = dict(item)  # an Anthropic tool dict: passed through unchanged
         elif callable(item):
-            self.add(Tool(item))
+            self.add(tool_for(item))
             return
         else:
             raise ConfigurationError(
@@ -290,11 +291,9 @@ class Agent:
         node = tree.start_node(
             NodeType.REFLECTION, f"{self.name}:reflect", frame.node if frame else None
         )
-        # Keep the caller's agent and hooks: reflecting is not running a sub-agent.
+        # Keep the caller's hooks: reflecting is not running a sub-agent.
         token = _frame.set(
-            Frame(tree, node, frame.workflow, frame.agent, frame.hooks)
-            if frame
-            else Frame(tree, node)
+            Frame(tree, node, frame.workflow, frame.hooks) if frame else Frame(tree, node)
         )
         try:
             first = await self.prompt(p, overrides)
@@ -308,13 +307,7 @@ class Agent:
             )
             revised = await self.prompt(revision, overrides)
         except BaseException as exc:
-            tree.end_node(
-                node,
-                NodeStatus.CANCELLED
-                if isinstance(exc, asyncio.CancelledError)
-                else NodeStatus.FAILED,
-                error=None if isinstance(exc, asyncio.CancelledError) else exc,
-            )
+            tree.end_node_after(node, exc)
             raise
         finally:
             _frame.reset(token)
@@ -370,10 +363,7 @@ class Agent:
             result = await self._loop(prompt, settings, client, tree, node, usage, emit)
         except BaseException as exc:
             node.metrics["usage"] = usage
-            if isinstance(exc, asyncio.CancelledError):
-                tree.end_node(node, NodeStatus.CANCELLED)
-            else:
-                tree.end_node(node, NodeStatus.FAILED, error=exc)
+            tree.end_node_after(node, exc)
             raise
         finally:
             _frame.reset(token)
@@ -587,7 +577,7 @@ class Agent:
             kind, name, parent, payload={"tool_use_id": call_id, "input": tool_input}
         )
         outer = _frame.get()
-        token = _frame.set(Frame(tree, node, outer.workflow if outer else None, self, hooks))
+        token = _frame.set(Frame(tree, node, outer.workflow if outer else None, hooks))
         if emit:
             emit(
                 StreamEvent(

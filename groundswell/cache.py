@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from ._canonical import canonical_json
 from .errors import ConfigurationError
+from .plugins import get_plugin_manager
 
 if TYPE_CHECKING:
     from .tree import EventNode, EventTree
@@ -98,7 +99,7 @@ def _keyable(params: Mapping[str, Any]) -> dict[str, Any]:
         if name in _NOT_IN_KEY:
             continue
         if name == "extra_body":
-            out.update({k: v for k, v in dict(value).items()})  # temperature & co. count
+            out.update(value)  # temperature & co. count
         elif name == "mcp_servers":
             out[name] = [{k: v for k, v in s.items() if k not in _SECRET_FIELDS} for s in value]
         elif name == "output_config" and isinstance(value, Mapping):
@@ -137,8 +138,6 @@ def get_cache(name: str | None = None) -> Cache:
     name per process, shared by every agent. Unknown names raise
     :class:`ConfigurationError` listing the available backends.
     """
-    from .plugins import get_plugin_manager
-
     chosen = name or os.environ.get("GROUNDSWELL_CACHE") or "lru"
     cache = _instances.get(chosen)
     if cache is not None:

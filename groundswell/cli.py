@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ._serialize import jsonable
 from .errors import GroundswellError, PluginError, WorkflowError
 from .plugins import PluginManager
 from .tree import EventTree, NodeStatus
@@ -105,8 +106,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.save:
         result.tree.save(args.save)
     if args.json:
-        from ._serialize import jsonable
-
         print(
             json.dumps(
                 {

@@ -26,14 +26,13 @@ __all__ = ["Frame", "current_frame", "current_node", "current_tree", "record_eve
 class Frame:
     """The current position in a run: its tree, the node code runs under, its workflow.
 
-    ``agent`` is the agent whose tool call is running, if any, and ``hooks`` the
-    hook runner of that agent's prompt (sub-agent hooks fire there).
+    ``hooks`` is set while an agent's tool call runs: the hook runner of that
+    agent's prompt, where sub-agent hooks fire.
     """
 
     tree: EventTree
     node: EventNode
     workflow: WorkflowContext | None = None
-    agent: Any = None
     hooks: Any = None
 
 

@@ -83,7 +83,6 @@ class PluginManager:
         self._infos: dict[str, PluginInfo] = {}
         self._hub: SinkHub | None = None
         self._sinks_stale = True
-        self._sink_owners: dict[str, str] = {}
         self._lock = threading.RLock()
         #: Problems that belong to no plugin (e.g. an allow-list naming nothing installed).
         self.warnings: list[str] = []
@@ -218,10 +217,14 @@ class PluginManager:
     # -- collectors ------------------------------------------------------------------
 
     def _collect(self, hook_name: str, record_type: type[R]) -> dict[str, R]:
+        return self._collect_owned(hook_name, record_type)[0]
+
+    def _collect_owned(
+        self, hook_name: str, record_type: type[R]
+    ) -> tuple[dict[str, R], dict[str, str]]:
+        """Records by name, and the plugin that registered each name."""
         records: dict[str, R] = {}
         owners: dict[str, str] = {}
-        if record_type is EventSink:
-            self._sink_owners = owners
         caller = getattr(self._pm.hook, hook_name)
         # Calling each implementation on its own isolates a raising plugin; pluggy's
         # own call would abort the whole collection at the first failure.
@@ -242,7 +245,7 @@ class PluginManager:
                     continue
                 records[item.name] = item
                 owners[item.name] = impl.plugin_name
-        return records
+        return records, owners
 
     def cache_backends(self) -> dict[str, CacheBackend]:
         """Cache backends by name."""
@@ -282,7 +285,7 @@ class PluginManager:
 
     def _sync_sinks(self, hub: SinkHub) -> None:
         self._sinks_stale = False
-        records = self.event_sinks()
+        records, owners = self._collect_owned("register_event_sinks", EventSink)
         for name in hub.names():
             if name not in records:
                 hub.remove(name)
@@ -295,7 +298,7 @@ class PluginManager:
                 if not callable(getattr(sink, "handle", None)):
                     raise TypeError("its factory returned an object without handle(event)")
             except Exception as exc:
-                info = self._infos.get(self._sink_owners.get(name, "")) or PluginInfo(name=name)
+                info = self._infos.get(owners[name]) or PluginInfo(name=name)
                 self._report(info, f"event sink {name!r} failed to start: {exc}", exc)
                 continue
             hub.add(name, sink)

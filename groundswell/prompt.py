@@ -14,6 +14,7 @@ from typing import Any, Generic, TypeVar
 from pydantic import BaseModel
 
 from ._canonical import canonical_json
+from .cache import Cache
 from .errors import ConfigurationError
 
 __all__ = ["Prompt", "PromptOverrides", "create_prompt", "render_user"]
@@ -144,8 +145,6 @@ class PromptOverrides:
     disable_cache: bool | None = None
 
     def __post_init__(self) -> None:
-        from .cache import Cache
-
         if self.cache is not None and not isinstance(self.cache, str | Cache):
             raise ConfigurationError(
                 f"PromptOverrides.cache must be a backend name or a groundswell.Cache, "

@@ -15,8 +15,9 @@ import json
 import os
 import re
 import typing
+import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from contextlib import AsyncExitStack
+from contextlib import AsyncExitStack, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_type_hints
@@ -27,7 +28,7 @@ from pydantic import BaseModel
 from ._serialize import register_secret
 from .errors import ConfigurationError, ToolError
 
-__all__ = ["MCPBridge", "Skill", "Tool", "ToolContext", "tool_result_content"]
+__all__ = ["MCPBridge", "Skill", "Tool", "ToolContext", "tool_for", "tool_result_content"]
 
 _NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 # Seconds a local MCP server gets to start and list its tools (config key "timeout").
@@ -185,6 +186,24 @@ def _without_titles(schema: Any) -> Any:
     if isinstance(schema, list):
         return [_without_titles(v) for v in schema]
     return schema
+
+
+_built: weakref.WeakKeyDictionary[Callable[..., Any], Tool] = weakref.WeakKeyDictionary()
+
+
+def tool_for(fn: Callable[..., Any]) -> Tool:
+    """The :class:`Tool` for a plain function, built once and reused.
+
+    Building one costs a pydantic model (hundreds of microseconds), and agents
+    resolve their tools on every prompt. Weak keys: a function that goes away
+    takes its tool with it.
+    """
+    with suppress(KeyError, TypeError):  # TypeError: not weakly referenceable
+        return _built[fn]
+    tool = Tool(fn)
+    with suppress(TypeError):
+        _built[fn] = tool
+    return tool
 
 
 def tool_result_content(value: Any) -> str | list[dict[str, Any]]:

@@ -8,6 +8,7 @@ JSONL event log (``save`` / ``load``).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import time
@@ -254,6 +255,13 @@ class EventTree:
         node.status = final
         if self._dispatch is not None:
             self._dispatch(Event("node_end", node, _end_record(node), self._run_id()))
+
+    def end_node_after(self, node: EventNode, exc: BaseException) -> None:
+        """Finish ``node`` after ``exc``: ``cancelled`` for a cancellation, else ``failed``."""
+        if isinstance(exc, asyncio.CancelledError):
+            self.end_node(node, NodeStatus.CANCELLED)
+        else:
+            self.end_node(node, NodeStatus.FAILED, error=exc)
 
     def add_event(self, node: EventNode, type: str, /, **data: Any) -> dict[str, Any]:
         """Record a point-in-time happening on ``node`` (data is made JSON-safe).

@@ -89,11 +89,9 @@ def _failure_path(exc: BaseException, tree: EventTree) -> str | None:
 
 
 def _end_failed(tree: EventTree, node: EventNode, exc: BaseException) -> None:
-    if isinstance(exc, asyncio.CancelledError):
-        tree.end_node(node, NodeStatus.CANCELLED)
-    else:
+    if not isinstance(exc, asyncio.CancelledError):
         _mark_failure(exc, tree, node)
-        tree.end_node(node, NodeStatus.FAILED, error=exc)
+    tree.end_node_after(node, exc)
 
 
 async def _call(name: str, fn: Any) -> Any:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import threading
 import time
@@ -279,8 +280,6 @@ def auto_client(
     Lets the same script run offline by default and against the real API when
     a key is present; ``model`` chooses the fake's answers.
     """
-    import os
-
     if os.environ.get("ANTHROPIC_API_KEY"):
         return anthropic.AsyncAnthropic(**kwargs)
     return FakeAnthropicAPI(model).client(**kwargs)
