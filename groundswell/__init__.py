@@ -25,6 +25,15 @@ from .hooks import PromptBlocked
 from .hookspecs import CacheBackend, EventSink, ReflectionStrategy, ToolProvider, hookimpl
 from .plugins import PluginInfo, PluginManager, flush_sinks, get_plugin_manager
 from .prompt import Prompt, PromptOverrides, create_prompt
+from .reflection import (
+    ReflectionAPI,
+    ReflectionConfig,
+    ReflectionContext,
+    ReflectionEntry,
+    ReflectionResult,
+    Reflector,
+    is_recoverable,
+)
 from .tools import Skill, Tool, ToolContext
 from .tree import EventNode, EventTree, NodeStatus, NodeType
 from .workflow import Workflow, WorkflowContext, WorkflowResult, create_workflow, workflow
@@ -78,7 +87,13 @@ __all__ = [
     "PromptBlocked",
     "PromptOverrides",
     "PromptResult",
+    "ReflectionAPI",
+    "ReflectionConfig",
+    "ReflectionContext",
+    "ReflectionEntry",
+    "ReflectionResult",
     "ReflectionStrategy",
+    "Reflector",
     "ResponseValidationError",
     "Sink",
     "SinkHub",
@@ -107,6 +122,7 @@ __all__ = [
     "get_plugin_manager",
     "hookimpl",
     "invalidate",
+    "is_recoverable",
     "record_event",
     "tool_cache_stats",
     "workflow",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -32,6 +33,16 @@ from .hooks import HookRunner, PromptBlocked, blocked, specific
 from .model import api_error, build_request, call_model, is_retryable_stream_error, parse_output
 from .plugins import get_plugin_manager
 from .prompt import NO_OVERRIDES, Prompt, PromptOverrides
+from .reflection import (
+    AGENT_REFLECTABLE,
+    Level,
+    ReflectionConfig,
+    ReflectionContext,
+    ReflectionEntry,
+    pause,
+    reflect_once,
+    resolve_config,
+)
 from .tools import (
     MCPBridge,
     Skill,
@@ -54,6 +65,7 @@ T = TypeVar("T")
 DEFAULT_MODEL = os.environ.get("GROUNDSWELL_MODEL", "claude-sonnet-4-6")
 MID_STREAM_RETRIES = 2
 _PREVIEW = 2_000
+_HISTORY_LIMIT = 1_000
 
 
 @dataclass(frozen=True)
@@ -125,6 +137,8 @@ class Agent:
     ``extra_body``), plus ``mcps``, ``skills``, ``hooks``, ``env`` and
     ``max_turns``. ``cache`` (a backend name or a :class:`~groundswell.Cache`)
     or ``enable_cache=True`` (the default backend) caches whole answers.
+    ``enable_reflection=True`` (or ``reflection=ReflectionConfig(...)``) feeds
+    a failed prompt's error back to the model and lets it answer again.
     ``client`` is an ``anthropic.AsyncAnthropic`` (one is made from
     ``ANTHROPIC_API_KEY`` when omitted).
     """
@@ -157,6 +171,8 @@ class Agent:
         cache: str | Cache | None = None,
         enable_cache: bool = False,
         tool_cache: Mapping[str, ToolCachePolicy] | None = None,
+        enable_reflection: bool = False,
+        reflection: ReflectionConfig | None = None,
         client: anthropic.AsyncAnthropic | None = None,
     ) -> None:
         if not isinstance(name, str) or not name.strip():
@@ -205,6 +221,19 @@ class Agent:
                 raise ConfigurationError(
                     f"tool_cache[{tool_name!r}] must be a ToolCachePolicy, got {type(policy).__name__}"
                 )
+        if reflection is not None and not isinstance(reflection, ReflectionConfig):
+            raise ConfigurationError(
+                f"Agent reflection must be a ReflectionConfig, got {type(reflection).__name__}"
+            )
+        # The settings a prompt-level enable_reflection=True uses, even when the agent
+        # itself does not reflect.
+        self._reflection_settings = reflection
+        #: The agent's own reflection settings, or ``None`` when it does not reflect.
+        self.reflection: ReflectionConfig | None = resolve_config(
+            reflection if reflection is not None else enable_reflection, owner=f"agent {name!r}"
+        )
+        #: Reflections on this agent's prompts, oldest first (the last 1,000).
+        self.reflection_history: list[ReflectionEntry] = []
         self._client = client
         if client is not None and isinstance(client.api_key, str):
             register_secret(client.api_key)
@@ -246,7 +275,7 @@ class Agent:
         self, prompt: Prompt[Any] | str, overrides: PromptOverrides | None = None
     ) -> PromptResult[Any]:
         """Like :meth:`prompt`, but returns a :class:`PromptResult` with the tree and usage."""
-        return await self._run(_as_prompt(prompt), overrides or NO_OVERRIDES, None)
+        return await self._execute(_as_prompt(prompt), overrides or NO_OVERRIDES, None)
 
     async def stream(
         self, prompt: Prompt[Any] | str, overrides: PromptOverrides | None = None
@@ -256,7 +285,7 @@ class Agent:
 
         async def produce() -> None:
             try:
-                result = await self._run(
+                result = await self._execute(
                     _as_prompt(prompt), overrides or NO_OVERRIDES, queue.put_nowait
                 )
                 queue.put_nowait(StreamEvent("result", result=result.output))
@@ -314,6 +343,124 @@ class Agent:
         tree.end_node(node, NodeStatus.COMPLETED, output=revised, record_output=True)
         return revised  # type: ignore[no-any-return]
 
+    # -- reflection -------------------------------------------------------------------
+
+    def _reflection_for(
+        self, prompt: Prompt[Any], overrides: PromptOverrides
+    ) -> tuple[ReflectionConfig | None, Level]:
+        """The reflection settings in force for one call (overrides > prompt > agent)."""
+        config = overrides.reflection
+        enabled = overrides.enable_reflection
+        if enabled is None:
+            enabled = prompt.enable_reflection
+        if config is not None:
+            return (config if config.enabled and enabled is not False else None), "prompt"
+        if enabled is None:
+            return self.reflection, "agent"
+        if not enabled:
+            return None, "prompt"
+        base = self._reflection_settings
+        if base is None:
+            return resolve_config(True, owner=self.name), "prompt"
+        return (base if base.enabled else dataclasses.replace(base, enabled=True)), "prompt"
+
+    async def _execute(
+        self,
+        prompt: Prompt[Any],
+        overrides: PromptOverrides,
+        emit: Callable[[StreamEvent], None] | None,
+    ) -> PromptResult[Any]:
+        if (
+            self.reflection is None
+            and prompt.enable_reflection is None
+            and (
+                overrides is NO_OVERRIDES
+                or (overrides.enable_reflection is None and overrides.reflection is None)
+            )
+        ):
+            return await self._run(prompt, overrides, emit)
+        config, level = self._reflection_for(prompt, overrides)
+        if config is None or config.max_attempts == 1:
+            return await self._run(prompt, overrides, emit)
+        if _frame.get() is not None:
+            return await self._run_reflecting(prompt, overrides, emit, config, level)
+        # Outside any run the attempts need one tree to share: a prompt node holds them.
+        tree = new_run_tree()
+        root = tree.start_node(
+            NodeType.PROMPT, self.name, None, payload={"agent": self.name, "reflection": level}
+        )
+        token = _frame.set(Frame(tree, root))
+        try:
+            result = await self._run_reflecting(prompt, overrides, emit, config, level)
+        except BaseException as exc:
+            tree.end_node_after(root, exc)
+            raise
+        finally:
+            _frame.reset(token)
+        root.metrics["usage"] = dict(result.usage)
+        root.metrics["attempts"] = result.node.metrics.get("attempt", 1)
+        tree.end_node(root, NodeStatus.COMPLETED, output=result.output, record_output=True)
+        return result
+
+    async def _run_reflecting(
+        self,
+        prompt: Prompt[Any],
+        overrides: PromptOverrides,
+        emit: Callable[[StreamEvent], None] | None,
+        config: ReflectionConfig,
+        level: Level,
+    ) -> PromptResult[Any]:
+        """Attempts of one prompt, with a reflection between a failure and the next try."""
+        outer = _frame.get()
+        previous: list[ReflectionEntry] = []
+        retry: _Retry | None = None
+        attempt = 1
+        while True:
+            box: dict[str, Any] = {}
+            try:
+                return await self._run(
+                    prompt, overrides, emit, attempt=attempt, retry=retry, box=box
+                )
+            except AGENT_REFLECTABLE as exc:
+                failure: Exception = exc
+            if attempt >= config.max_attempts or "node" not in box:
+                raise failure
+            node: EventNode = box["node"]
+            tree: EventTree = box["tree"]
+            raw = getattr(failure, "raw", None)
+            context = ReflectionContext(
+                level=level,
+                failed_node=node,
+                error=failure,
+                attempt=attempt,
+                previous_attempts=tuple(previous),
+                config=config,
+                tree=tree,
+                agent=self,
+                prompt=prompt,
+                messages=tuple(box.get("messages") or ()),
+                output=raw if isinstance(raw, str) else None,
+            )
+            parent = tree.get_node(node.parent_id) if node.parent_id else None
+            entry = await reflect_once(
+                context,
+                name=self.name,
+                parent=parent,
+                workflow=outer.workflow if outer else None,
+            )
+            if entry is not None:
+                self.reflection_history.append(entry)
+                del self.reflection_history[:-_HISTORY_LIMIT]
+            if entry is None or not entry.should_retry:
+                raise failure
+            previous.append(entry)
+            await pause(config)
+            if emit is not None:
+                emit(StreamEvent("retry", text=f"attempt {attempt} failed: {context.error_text}"))
+            prompt, overrides = _revised(prompt, overrides, entry)
+            retry = _Retry.after(context, entry)
+            attempt += 1
+
     # -- the loop -------------------------------------------------------------------
 
     def _settings(self, prompt: Prompt[Any], overrides: PromptOverrides) -> dict[str, Any]:
@@ -335,6 +482,10 @@ class Agent:
         prompt: Prompt[Any],
         overrides: PromptOverrides,
         emit: Callable[[StreamEvent], None] | None,
+        *,
+        attempt: int | None = None,
+        retry: _Retry | None = None,
+        box: dict[str, Any] | None = None,
     ) -> PromptResult[Any]:
         settings = self._settings(prompt, overrides)
         client = self.client
@@ -351,6 +502,10 @@ class Agent:
         node = tree.start_node(
             NodeType.PROMPT, self.name, outer.node if outer else None, payload=payload
         )
+        if attempt is not None:
+            node.metrics["attempt"] = attempt
+        if box is not None:
+            box["node"], box["tree"] = node, tree
         workflow = outer.workflow if outer else None
         # Set when this prompt runs inside another agent's tool call.
         parent_hooks: HookRunner | None = outer.hooks if outer else None
@@ -360,7 +515,7 @@ class Agent:
         try:
             if parent_hooks is not None:
                 await parent_hooks.run("SubagentStart", subagent)
-            result = await self._loop(prompt, settings, client, tree, node, usage, emit)
+            result = await self._loop(prompt, settings, client, tree, node, usage, emit, retry, box)
         except BaseException as exc:
             node.metrics["usage"] = usage
             tree.end_node_after(node, exc)
@@ -385,9 +540,13 @@ class Agent:
         node: EventNode,
         usage: dict[str, int],
         emit: Callable[[StreamEvent], None] | None,
+        retry: _Retry | None = None,
+        box: dict[str, Any] | None = None,
     ) -> PromptResult[Any]:
         hooks = HookRunner(settings.get("hooks"), session_id=node.id)
         user_text = prompt.render()
+        if retry is not None and retry.note:
+            user_text = f"{user_text}\n\n{retry.note}"
         outputs = await hooks.run("UserPromptSubmit", {"prompt": user_text})
         reason = next(
             (str(o.get("reason") or "blocked") for o in outputs if o.get("decision") == "block"),
@@ -427,6 +586,10 @@ class Agent:
                 tools.add(mcp_tool)
 
             messages: list[dict[str, Any]] = [{"role": "user", "content": user_text}]
+            if retry is not None:
+                messages.extend(retry.messages)
+            if box is not None:
+                box["messages"] = messages
             run = _Conversation(
                 agent=self,
                 prompt=prompt,
@@ -715,6 +878,55 @@ class Agent:
 
     def __repr__(self) -> str:
         return f"Agent({self.name!r}, model={self.config['model']!r})"
+
+
+@dataclass(frozen=True)
+class _Retry:
+    """How the next attempt of a failed prompt hears about the failure.
+
+    With the unusable reply at hand, the retry continues that conversation: the
+    reply as the assistant turn, then the feedback as a user turn. Otherwise
+    (the tool loop ran out of turns) the feedback follows the user text.
+    """
+
+    messages: tuple[dict[str, Any], ...] = ()
+    note: str | None = None
+
+    @classmethod
+    def after(cls, context: ReflectionContext, entry: ReflectionEntry) -> _Retry:
+        lines = [
+            "Your previous reply could not be used.",
+            f"Error: {context.error_text}",
+        ]
+        if entry.reason and entry.reason != context.error_text:
+            lines.append(f"Reflection: {entry.reason}")
+        wanted = context.prompt.response_format if context.prompt is not None else None
+        lines.append(
+            "Answer again, completely, fixing this"
+            + (f" (reply with JSON that fits the {wanted.__name__} schema)." if wanted else ".")
+        )
+        feedback = "\n".join(lines)
+        if context.output and context.output.strip():
+            return cls(
+                messages=(
+                    {"role": "assistant", "content": context.output},
+                    {"role": "user", "content": feedback},
+                )
+            )
+        return cls(note=feedback)
+
+
+def _revised(
+    prompt: Prompt[Any], overrides: PromptOverrides, entry: ReflectionEntry
+) -> tuple[Prompt[Any], PromptOverrides]:
+    """The prompt and overrides for a retry, with the reflection's revisions applied."""
+    if entry.revised_data is not None:
+        prompt = prompt.with_(data=entry.revised_data)
+    if entry.revised_system is not None:
+        prompt = prompt.with_(system=entry.revised_system)
+        if overrides.system is not None:  # overrides win, so the revision must go there too
+            overrides = dataclasses.replace(overrides, system=entry.revised_system)
+    return prompt, overrides
 
 
 class _ToolFailed(Exception):

@@ -46,11 +46,19 @@ class ConfigurationError(GroundswellError, ValueError):
 
 
 class ModelAPIError(GroundswellError):
-    """The Anthropic API returned an error; the SDK's exception is ``__cause__``."""
+    """The Anthropic API returned an error; the SDK's exception is ``__cause__``.
 
-    def __init__(self, message: str, *, status_code: int | None = None) -> None:
+    ``status_code`` is the HTTP status (``None`` when the API was not reached);
+    ``error_type`` is the API's error type (``"rate_limit_error"``, ...) when it
+    sent one.
+    """
+
+    def __init__(
+        self, message: str, *, status_code: int | None = None, error_type: str | None = None
+    ) -> None:
         super().__init__(message)
         self.status_code = status_code
+        self.error_type = error_type
 
 
 class ResponseValidationError(GroundswellError):

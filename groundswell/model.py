@@ -106,10 +106,13 @@ def api_error(exc: Exception, model: str) -> ModelAPIError:
             401: " (check ANTHROPIC_API_KEY or the client's api_key)",
             403: " (the key lacks permission for this model or feature)",
             404: f" (is {model!r} a model name your key can use?)",
+            402: " (billing: check the account's credit balance)",
             429: " (rate limited; the SDK's retries are used up)",
         }.get(status, "")
         return ModelAPIError(
-            f"Anthropic API error {status} {kind}: {message}{hint}", status_code=status
+            f"Anthropic API error {status} {kind}: {message}{hint}",
+            status_code=status,
+            error_type=kind or None,
         )
     if isinstance(exc, anthropic.APITimeoutError):
         return ModelAPIError("request to the Anthropic API timed out", status_code=None)

@@ -34,6 +34,7 @@ __all__ = ["PluginInfo", "PluginManager", "flush_sinks", "get_plugin_manager"]
 logger = logging.getLogger("groundswell.plugins")
 
 ENTRY_POINT_GROUP = "groundswell"
+BUILTIN = "groundswell"
 _HOOK_RECORDS: dict[str, type[Any]] = {
     "register_cache_backends": CacheBackend,
     "register_reflection_strategies": ReflectionStrategy,
@@ -86,6 +87,13 @@ class PluginManager:
         self._lock = threading.RLock()
         #: Problems that belong to no plugin (e.g. an allow-list naming nothing installed).
         self.warnings: list[str] = []
+        # The kernel's own hook implementations (the ``feedback`` reflection strategy)
+        # register like any plugin, so every collector sees them, and no allow-list
+        # can switch them off.
+        from . import reflection
+
+        self._infos[BUILTIN] = PluginInfo(name=BUILTIN, source="builtin")
+        self._register(reflection, self._infos[BUILTIN], always_raise=True)
 
     # -- loading -------------------------------------------------------------------
 
@@ -195,9 +203,14 @@ class PluginManager:
 
     # -- listing -------------------------------------------------------------------
 
-    def list_plugins(self) -> list[PluginInfo]:
-        """Every plugin seen, loaded or failed, sorted by name."""
-        return sorted(self._infos.values(), key=lambda i: i.name)
+    def list_plugins(self, *, builtin: bool = False) -> list[PluginInfo]:
+        """Every plugin seen, loaded or failed, sorted by name.
+
+        The kernel's own hook implementations (``groundswell``, which registers
+        the ``feedback`` reflection strategy) are listed only with ``builtin=True``.
+        """
+        infos = (i for i in self._infos.values() if builtin or i.source != "builtin")
+        return sorted(infos, key=lambda i: i.name)
 
     @property
     def errors(self) -> dict[str, list[str]]:

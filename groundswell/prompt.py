@@ -16,6 +16,7 @@ from pydantic import BaseModel
 from ._canonical import canonical_json
 from .cache import Cache
 from .errors import ConfigurationError
+from .reflection import ReflectionConfig
 
 __all__ = ["Prompt", "PromptOverrides", "create_prompt", "render_user"]
 
@@ -69,7 +70,8 @@ class Prompt(Generic[T]):
 
     Immutable; ``prompt.with_(user=...)`` derives a new one. ``response_format``
     is a pydantic model class (the agent returns a validated instance) or
-    ``None`` (the agent returns the text).
+    ``None`` (the agent returns the text). ``enable_reflection`` switches
+    prompt-level reflection on (or off) for this prompt, whatever the agent says.
     """
 
     user: str
@@ -80,12 +82,17 @@ class Prompt(Generic[T]):
     mcps: Sequence[Any] | None = None
     skills: Sequence[Any] | None = None
     hooks: Mapping[str, Any] | None = None
+    enable_reflection: bool | None = None
     _rendered: str = dataclasses.field(default="", init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.user, str) or not self.user.strip():
             raise ConfigurationError(
                 f"Prompt.user must be a non-empty string, got {self.user!r:.60}"
+            )
+        if self.enable_reflection is not None and not isinstance(self.enable_reflection, bool):
+            raise ConfigurationError(
+                f"Prompt.enable_reflection must be True, False or None, got {self.enable_reflection!r}"
             )
         fmt = self.response_format
         if fmt is not None and not (isinstance(fmt, type) and issubclass(fmt, BaseModel)):
@@ -117,7 +124,8 @@ class PromptOverrides:
 
     Takes every Messages API request field by its API name, plus ``mcps``,
     ``skills``, ``hooks``, ``env``, ``max_turns``, ``cache`` (a backend name or
-    :class:`~groundswell.Cache`) and ``disable_cache``.
+    :class:`~groundswell.Cache`), ``disable_cache``, ``enable_reflection`` and
+    ``reflection`` (a :class:`~groundswell.ReflectionConfig`).
     """
 
     model: str | None = None
@@ -143,8 +151,20 @@ class PromptOverrides:
     max_turns: int | None = None
     cache: Any = None
     disable_cache: bool | None = None
+    enable_reflection: bool | None = None
+    reflection: ReflectionConfig | None = None
 
     def __post_init__(self) -> None:
+        if self.enable_reflection is not None and not isinstance(self.enable_reflection, bool):
+            raise ConfigurationError(
+                "PromptOverrides.enable_reflection must be True, False or None, "
+                f"got {self.enable_reflection!r}"
+            )
+        if self.reflection is not None and not isinstance(self.reflection, ReflectionConfig):
+            raise ConfigurationError(
+                "PromptOverrides.reflection must be a ReflectionConfig, "
+                f"got {type(self.reflection).__name__}"
+            )
         if self.cache is not None and not isinstance(self.cache, str | Cache):
             raise ConfigurationError(
                 f"PromptOverrides.cache must be a backend name or a groundswell.Cache, "

@@ -21,6 +21,7 @@ from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, cast, overload
 from ._serialize import error_record, jsonable
 from .context import Frame, _frame, new_run_tree
 from .errors import ConfigurationError, StepTimeout, WorkflowError
+from .reflection import ReflectionAPI, ReflectionConfig, resolve_config, retry_step
 from .tree import EventNode, EventTree, NodeStatus, NodeType
 
 __all__ = ["Workflow", "WorkflowContext", "WorkflowResult", "create_workflow", "workflow"]
@@ -122,7 +123,7 @@ async def _call(name: str, fn: Any) -> Any:
 class WorkflowContext:
     """What a workflow function gets as ``ctx``: steps, state, spawning, its node and tree."""
 
-    __slots__ = ("_tree", "cache", "node", "parent_workflow_id", "state", "workflow")
+    __slots__ = ("_tree", "cache", "node", "parent_workflow_id", "reflection", "state", "workflow")
 
     def __init__(
         self,
@@ -137,6 +138,8 @@ class WorkflowContext:
         self.parent_workflow_id = parent_workflow_id
         self.state: dict[str, Any] = {}
         self.cache: Any = workflow.cache
+        #: Reflection settings and history of this run (see :class:`ReflectionAPI`).
+        self.reflection = ReflectionAPI(workflow.reflection)
 
     @property
     def workflow_id(self) -> str:
@@ -150,14 +153,40 @@ class WorkflowContext:
 
     @overload
     async def step(
-        self, name: str, fn: Callable[[], Awaitable[R]], *, timeout: float | None = None
+        self,
+        name: str,
+        fn: Callable[[], Awaitable[R]],
+        *,
+        timeout: float | None = None,
+        reflection: ReflectionConfig | bool | None = None,
     ) -> R: ...
     @overload
-    async def step(self, name: str, fn: Awaitable[R], *, timeout: float | None = None) -> R: ...
+    async def step(
+        self,
+        name: str,
+        fn: Awaitable[R],
+        *,
+        timeout: float | None = None,
+        reflection: ReflectionConfig | bool | None = None,
+    ) -> R: ...
     @overload
-    async def step(self, name: str, fn: Callable[[], R], *, timeout: float | None = None) -> R: ...
+    async def step(
+        self,
+        name: str,
+        fn: Callable[[], R],
+        *,
+        timeout: float | None = None,
+        reflection: ReflectionConfig | bool | None = None,
+    ) -> R: ...
 
-    async def step(self, name: str, fn: Any, *, timeout: float | None = None) -> Any:
+    async def step(
+        self,
+        name: str,
+        fn: Any,
+        *,
+        timeout: float | None = None,
+        reflection: ReflectionConfig | bool | None = None,
+    ) -> Any:
         """Run ``fn`` as a step named ``name`` and return its result.
 
         ``fn`` is an async callable, an awaitable, or a sync callable (run in a
@@ -165,6 +194,13 @@ class WorkflowContext:
         starts mounts under the step's node. With ``timeout`` (seconds) the step
         is cancelled when it runs over and :class:`StepTimeout` is raised.
         Exceptions propagate unchanged; the node records them as ``failed``.
+
+        When the workflow reflects (``Workflow(enable_reflection=True)``, or
+        ``reflection=`` here, which wins for this step), a recoverable failure
+        is reflected on and the step runs again as a new step node, up to
+        ``max_attempts``; the retry sees the reflection as
+        ``ctx.reflection.last``. Only a callable can run again: a bare
+        awaitable runs once.
         """
         if not isinstance(name, str) or not name:
             raise ConfigurationError(f"step name must be a non-empty string, got {name!r}")
@@ -185,7 +221,41 @@ class WorkflowContext:
         # Mount under what is running now (a step inside a step nests), unless the
         # context was carried somewhere foreign, in which case use the workflow node.
         parent = frame.node if frame is not None and frame.tree is tree else self.node
+        config = (
+            self.reflection.config
+            if reflection is None
+            else resolve_config(reflection, owner=f"step {name!r}")
+        )
+        if config is None or config.max_attempts == 1:
+            return await self._attempt(name, fn, timeout, parent, None)
+        if not callable(fn):
+            return await self._attempt(name, fn, timeout, parent, None, retryable=False)
+        failed: list[EventNode] = []
+        return await retry_step(
+            lambda attempt: self._attempt(name, fn, timeout, parent, attempt, failed=failed),
+            name=name,
+            config=config,
+            ctx=self,
+            parent=parent,
+            failed_nodes=failed,
+            agent=self.workflow.reflection_agent,
+        )
+
+    async def _attempt(
+        self,
+        name: str,
+        fn: Any,
+        timeout: float | None,
+        parent: EventNode,
+        attempt: int | None,
+        *,
+        failed: list[EventNode] | None = None,
+        retryable: bool = True,
+    ) -> Any:
+        tree = self._tree
         node = tree.start_node(NodeType.STEP, name, parent)
+        if attempt is not None:
+            node.metrics["attempt"] = attempt
         token = _frame.set(Frame(tree, node, self))
         try:
             if timeout is None:
@@ -206,9 +276,20 @@ class WorkflowContext:
         except StepTimeout as exc:
             if node.ended_at is None:  # a nested step's timeout: this step failed with it
                 _end_failed(tree, node, exc)
+            if failed is not None:
+                failed.append(node)
             raise
         except BaseException as exc:
             _end_failed(tree, node, exc)
+            if failed is not None:
+                failed.append(node)
+            if not retryable and isinstance(exc, Exception):
+                tree.add_event(
+                    node,
+                    "reflection_skipped",
+                    reason="the step was given an awaitable, which can run only once; "
+                    "pass a callable (e.g. lambda: agent.prompt(...)) to make it retryable",
+                )
             raise
         else:
             tree.end_node(node, NodeStatus.COMPLETED, output=result, record_output=True)
@@ -245,7 +326,14 @@ class WorkflowContext:
 
 
 class Workflow(Generic[P, T]):
-    """A named, reusable workflow around an async ``executor(ctx, *args, **kwargs)``."""
+    """A named, reusable workflow around an async ``executor(ctx, *args, **kwargs)``.
+
+    ``cache`` picks the cache backend for agents inside that enable caching
+    without naming one. ``enable_reflection=True`` (or ``reflection=
+    ReflectionConfig(...)``) reflects on failed steps and runs them again;
+    ``reflection_agent`` is the agent the ``llm`` strategy asks (without one,
+    the ``feedback`` strategy is used).
+    """
 
     def __init__(
         self,
@@ -253,6 +341,9 @@ class Workflow(Generic[P, T]):
         name: str | None = None,
         *,
         cache: Any = None,
+        enable_reflection: bool = False,
+        reflection: ReflectionConfig | None = None,
+        reflection_agent: Any = None,
     ) -> None:
         if not inspect.iscoroutinefunction(executor):
             raise ConfigurationError(
@@ -263,6 +354,22 @@ class Workflow(Generic[P, T]):
         #: Cache backend (a name or a Cache) for agents inside that enable caching
         #: without naming a backend; nested runs inherit it.
         self.cache = cache
+        label = f"workflow {self.name!r}"
+        if reflection is not None and not isinstance(reflection, ReflectionConfig):
+            raise ConfigurationError(
+                f"{label}: reflection must be a ReflectionConfig, got {type(reflection).__name__}"
+            )
+        #: Reflection settings for failed steps, or ``None`` when off.
+        self.reflection: ReflectionConfig | None = resolve_config(
+            reflection if reflection is not None else enable_reflection, owner=label
+        )
+        if reflection_agent is not None and not hasattr(reflection_agent, "prompt"):
+            raise ConfigurationError(
+                f"{label}: reflection_agent must be a groundswell.Agent, "
+                f"got {type(reflection_agent).__name__}"
+            )
+        #: The agent the ``llm`` strategy asks about failed steps (else ``feedback`` is used).
+        self.reflection_agent = reflection_agent
         self.__doc__ = executor.__doc__
 
     async def run(self, *args: P.args, **kwargs: P.kwargs) -> WorkflowResult[T]:
@@ -360,25 +467,59 @@ def create_workflow(
     name: str | None = None,
     *,
     cache: Any = None,
+    enable_reflection: bool = False,
+    reflection: ReflectionConfig | None = None,
+    reflection_agent: Any = None,
 ) -> Workflow[P, T]:
     """Build a :class:`Workflow` at run time; it mounts wherever it is run."""
-    return Workflow(executor, name=name, cache=cache)
+    return Workflow(
+        executor,
+        name=name,
+        cache=cache,
+        enable_reflection=enable_reflection,
+        reflection=reflection,
+        reflection_agent=reflection_agent,
+    )
 
 
 @overload
 def workflow(fn: Callable[Concatenate[WorkflowContext, P], Awaitable[T]], /) -> Workflow[P, T]: ...
 @overload
 def workflow(
-    *, name: str | None = None, cache: Any = None
+    *,
+    name: str | None = None,
+    cache: Any = None,
+    enable_reflection: bool = False,
+    reflection: ReflectionConfig | None = None,
+    reflection_agent: Any = None,
 ) -> Callable[[Callable[Concatenate[WorkflowContext, P], Awaitable[T]]], Workflow[P, T]]: ...
 
 
-def workflow(fn: Any = None, /, *, name: str | None = None, cache: Any = None) -> Any:
-    """Make a :class:`Workflow` from an async function: ``@workflow`` or ``@workflow(name=...)``."""
+def workflow(
+    fn: Any = None,
+    /,
+    *,
+    name: str | None = None,
+    cache: Any = None,
+    enable_reflection: bool = False,
+    reflection: ReflectionConfig | None = None,
+    reflection_agent: Any = None,
+) -> Any:
+    """Make a :class:`Workflow` from an async function: ``@workflow`` or ``@workflow(name=...)``.
+
+    Keyword arguments are those of :class:`Workflow`.
+    """
+    options: dict[str, Any] = {
+        "name": name,
+        "cache": cache,
+        "enable_reflection": enable_reflection,
+        "reflection": reflection,
+        "reflection_agent": reflection_agent,
+    }
     if fn is not None:
-        return Workflow(fn, name=name, cache=cache)
+        return Workflow(fn, **options)
 
     def decorate(f: Callable[Concatenate[WorkflowContext, P], Awaitable[T]]) -> Workflow[P, T]:
-        return Workflow(f, name=name, cache=cache)
+        return Workflow(f, **options)
 
     return decorate

@@ -1,0 +1,519 @@
+"""Reflection: look at a failure, decide whether to try again, and how.
+
+Three levels share one loop:
+
+- **workflow**: a failed ``ctx.step`` is reflected on and run again; the step
+  sees the reflection as ``ctx.reflection.last``;
+- **agent**: a failed prompt (output that does not validate, a reply that
+  cannot be parsed, the tool loop running out of turns) is fed back to the
+  model with the error, and the model answers again;
+- **prompt**: the same as agent level, switched on for one prompt.
+
+Each reflection is a ``reflection`` node between the failed attempt (which
+stays in the tree, ``failed``) and the retry. Strategies come only from the
+``register_reflection_strategies`` hook: the kernel registers ``feedback``;
+the bundled ``groundswell_reflection`` plugin registers ``llm``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+
+from ._serialize import error_record, jsonable
+from .context import Frame, _frame
+from .errors import (
+    ConfigurationError,
+    ExtractionError,
+    MaxTurnsExceeded,
+    ModelAPIError,
+    PluginError,
+    ResponseValidationError,
+    WorkflowError,
+)
+from .hookspecs import ReflectionStrategy, hookimpl
+from .plugins import get_plugin_manager
+from .tree import EventNode, EventTree, NodeStatus, NodeType
+
+if TYPE_CHECKING:
+    from .agent import Agent
+    from .prompt import Prompt
+    from .workflow import WorkflowContext
+
+__all__ = [
+    "MAX_ATTEMPTS_CAP",
+    "ReflectionAPI",
+    "ReflectionConfig",
+    "ReflectionContext",
+    "ReflectionEntry",
+    "ReflectionResult",
+    "Reflector",
+    "is_recoverable",
+]
+
+logger = logging.getLogger("groundswell.reflection")
+
+#: No configuration may ask for more attempts than this (the first one included).
+MAX_ATTEMPTS_CAP = 10
+Level = Literal["workflow", "agent", "prompt"]
+
+# API error types that no second attempt can fix: the account, the key or the
+# request's configuration is wrong, or the rate limit outlasted the SDK's retries.
+_FATAL_API_ERRORS = frozenset(
+    {
+        "invalid_request_error",
+        "authentication_error",
+        "permission_error",
+        "not_found_error",
+        "billing_error",
+        "rate_limit_error",
+        "request_too_large",
+    }
+)
+_FATAL_STATUS = frozenset({400, 401, 402, 403, 404, 413, 422, 429})
+
+
+@dataclass(frozen=True, slots=True)
+class ReflectionConfig:
+    """How reflection runs: on ``Workflow``, ``Agent`` or ``PromptOverrides`` (``reflection=``).
+
+    ``max_attempts`` counts every attempt, the first included (``3`` means at
+    most two retries; at most :data:`MAX_ATTEMPTS_CAP`). ``strategy`` names a
+    registered strategy (``"llm"`` or ``"feedback"``); ``model`` is the model
+    the ``llm`` strategy asks (default: the failing agent's own); ``retry_delay``
+    is the pause in seconds before each retry.
+    """
+
+    enabled: bool = True
+    max_attempts: int = 3
+    strategy: str = "llm"
+    model: str | None = None
+    retry_delay: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.enabled, bool):
+            raise ConfigurationError(
+                f"ReflectionConfig.enabled must be True or False, got {self.enabled!r}"
+            )
+        if (
+            isinstance(self.max_attempts, bool)
+            or not isinstance(self.max_attempts, int)
+            or not 1 <= self.max_attempts <= MAX_ATTEMPTS_CAP
+        ):
+            raise ConfigurationError(
+                f"ReflectionConfig.max_attempts must be an int from 1 to {MAX_ATTEMPTS_CAP} "
+                f"(it counts the first attempt), got {self.max_attempts!r}"
+            )
+        if not isinstance(self.strategy, str) or not self.strategy.strip():
+            raise ConfigurationError(
+                f"ReflectionConfig.strategy must name a strategy such as 'llm' or 'feedback', "
+                f"got {self.strategy!r}"
+            )
+        if self.model is not None and (not isinstance(self.model, str) or not self.model):
+            raise ConfigurationError(
+                f"ReflectionConfig.model must be a model name or None, got {self.model!r}"
+            )
+        delay = self.retry_delay
+        if (
+            isinstance(delay, bool)
+            or not isinstance(delay, int | float)
+            or not math.isfinite(delay)
+            or delay < 0
+        ):
+            raise ConfigurationError(
+                f"ReflectionConfig.retry_delay must be seconds >= 0, got {delay!r}"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class ReflectionResult:
+    """A strategy's decision.
+
+    ``should_retry`` says whether to try again; ``reason`` is the analysis (it
+    reaches the model on an agent-level retry); ``revised_data`` replaces the
+    prompt's ``data`` on an agent-level retry and is what a workflow-level
+    retry reads from ``ctx.reflection.last``; ``revised_system`` replaces the
+    system prompt on an agent-level retry.
+    """
+
+    should_retry: bool
+    reason: str = ""
+    revised_data: Any = None
+    revised_system: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReflectionEntry:
+    """One reflection, as kept in ``ctx.reflection.history`` and ``agent.reflection_history``."""
+
+    level: Level
+    name: str
+    attempt: int
+    error: dict[str, Any]
+    strategy: str
+    result: ReflectionResult
+    node_id: str
+    failed_node_id: str
+    timestamp: float = field(default_factory=time.time)
+
+    @property
+    def should_retry(self) -> bool:
+        """Whether the strategy asked for another attempt."""
+        return self.result.should_retry
+
+    @property
+    def reason(self) -> str:
+        """The strategy's analysis."""
+        return self.result.reason
+
+    @property
+    def revised_data(self) -> Any:
+        """The strategy's revised data, or ``None``."""
+        return self.result.revised_data
+
+    @property
+    def revised_system(self) -> str | None:
+        """The strategy's revised system prompt, or ``None``."""
+        return self.result.revised_system
+
+
+@dataclass(frozen=True, slots=True)
+class ReflectionContext:
+    """What a strategy is told about a failure.
+
+    ``level`` is ``workflow``, ``agent`` or ``prompt``; ``failed_node`` is the
+    failed step or prompt node; ``attempt`` the number of the attempt that
+    failed (1 for the first); ``previous_attempts`` the earlier reflections on
+    the same step or prompt. ``agent`` is the agent whose prompt failed (agent
+    and prompt level) or the workflow's ``reflection_agent``; ``prompt`` and
+    ``messages`` are the failed prompt and its conversation (agent and prompt
+    level); ``output`` is the reply that could not be used, when there was one.
+    """
+
+    level: Level
+    failed_node: EventNode
+    error: BaseException
+    attempt: int
+    previous_attempts: tuple[ReflectionEntry, ...]
+    config: ReflectionConfig
+    tree: EventTree
+    agent: Agent | None = None
+    prompt: Prompt[Any] | None = None
+    messages: tuple[dict[str, Any], ...] = ()
+    output: str | None = None
+
+    @property
+    def max_attempts(self) -> int:
+        """The attempt limit in force."""
+        return self.config.max_attempts
+
+    @property
+    def error_text(self) -> str:
+        """``"Type: message"`` for the error, with secrets redacted."""
+        record = error_record(self.error)
+        return f"{record['type']}: {record['message']}"
+
+
+@runtime_checkable
+class Reflector(Protocol):
+    """What a reflection strategy's factory returns."""
+
+    async def reflect(self, context: ReflectionContext) -> ReflectionResult:
+        """Look at the failure and decide whether (and how) to retry."""
+        ...
+
+
+class FeedbackReflector:
+    """The kernel's strategy: always retry, with the error as the feedback.
+
+    At agent and prompt level the error text goes back to the model; at
+    workflow level the step simply runs again, with ``ctx.reflection.last``
+    telling it what failed.
+    """
+
+    async def reflect(self, context: ReflectionContext) -> ReflectionResult:
+        """Retry, saying what went wrong."""
+        return ReflectionResult(should_retry=True, reason=context.error_text)
+
+
+@hookimpl
+def register_reflection_strategies() -> ReflectionStrategy:
+    """The kernel's own ``feedback`` strategy."""
+    return ReflectionStrategy(
+        "feedback", FeedbackReflector, "retry with the error text as feedback (no model call)"
+    )
+
+
+def is_recoverable(exc: BaseException) -> bool:
+    """False for failures another attempt cannot fix.
+
+    Never recoverable: cancellation and other ``BaseException``\\ s,
+    configuration and plugin errors, and API errors for authentication,
+    permission, billing, a bad or too-large request, an unknown model, or a
+    rate limit that outlasted the SDK's own retries.
+    """
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    if not isinstance(exc, Exception):
+        return False
+    if isinstance(exc, WorkflowError) and exc.__cause__ is not None:
+        return is_recoverable(exc.__cause__)
+    if isinstance(exc, ConfigurationError | PluginError):
+        return False
+    if isinstance(exc, ModelAPIError):
+        if exc.error_type in _FATAL_API_ERRORS:
+            return False
+        return exc.status_code not in _FATAL_STATUS
+    return True
+
+
+#: What agent- and prompt-level reflection acts on: a reply the model can fix.
+AGENT_REFLECTABLE: tuple[type[Exception], ...] = (
+    ResponseValidationError,
+    MaxTurnsExceeded,
+    ExtractionError,
+)
+
+
+def resolve_config(value: ReflectionConfig | bool | None, *, owner: str) -> ReflectionConfig | None:
+    """A ``reflection=`` / ``enable_reflection=`` argument as a config, or ``None`` when off."""
+    if value is None or value is False:
+        return None
+    if value is True:
+        return _DEFAULT_CONFIG
+    if isinstance(value, ReflectionConfig):
+        return value if value.enabled else None
+    raise ConfigurationError(
+        f"{owner}: reflection must be a ReflectionConfig, True or False, got {type(value).__name__}"
+    )
+
+
+_DEFAULT_CONFIG = ReflectionConfig()
+
+
+def _strategy(name: str) -> tuple[str, Any]:
+    records = get_plugin_manager().reflection_strategies()
+    record = records.get(name)
+    if record is None:
+        raise ConfigurationError(
+            f"no reflection strategy named {name!r}; available: {sorted(records)}. "
+            "Install or enable the plugin that provides it, or use ReflectionConfig(strategy=...)"
+        )
+    strategy = record.factory()
+    if not isinstance(strategy, Reflector):
+        raise PluginError(
+            f"reflection strategy {name!r}: its factory returned {type(strategy).__name__}, "
+            "which has no async reflect(context) method"
+        )
+    return name, strategy
+
+
+def choose_strategy(config: ReflectionConfig, level: Level, agent: Agent | None) -> str:
+    """The strategy name that will run: ``llm`` needs an agent, else it falls back to ``feedback``."""
+    name = config.strategy
+    if name == "llm" and agent is None:
+        return "feedback"
+    if name == "llm" and "llm" not in get_plugin_manager().reflection_strategies():
+        # The bundled plugin is disabled (e.g. GROUNDSWELL_LOAD_PLUGINS): the
+        # default must still work, so fall back and say so in the tree.
+        return "feedback"
+    return name
+
+
+async def reflect_once(
+    context: ReflectionContext,
+    *,
+    name: str,
+    parent: EventNode | None,
+    workflow: WorkflowContext | None,
+) -> ReflectionEntry | None:
+    """Run the strategy for one failure inside its own ``reflection`` node.
+
+    Returns the entry, or ``None`` if the strategy itself failed (recorded on
+    the node; the caller re-raises the original error).
+    """
+    tree = context.tree
+    wanted = context.config.strategy
+    chosen = choose_strategy(context.config, context.level, context.agent)
+    node = tree.start_node(
+        NodeType.REFLECTION,
+        name,
+        parent,
+        payload={
+            "level": context.level,
+            "attempt": context.attempt,
+            "strategy": chosen,
+            "failed_node_id": context.failed_node.id,
+            "failure": error_record(context.error),
+        },
+        trusted=True,
+    )
+    node.metrics["attempt"] = context.attempt
+    if chosen != wanted and context.agent is not None:
+        # Without an agent, llm -> feedback is the documented rule; this is a surprise.
+        tree.add_event(
+            node,
+            "strategy_fallback",
+            wanted=wanted,
+            used=chosen,
+            reason="the plugin providing it is not loaded",
+        )
+    token = _frame.set(Frame(tree, node, workflow))
+    try:
+        _, strategy = _strategy(chosen)
+        result = await strategy.reflect(context)
+        if not isinstance(result, ReflectionResult):
+            raise PluginError(
+                f"reflection strategy {chosen!r} returned {type(result).__name__}, "
+                "not a ReflectionResult"
+            )
+    except asyncio.CancelledError:
+        tree.end_node(node, NodeStatus.CANCELLED)
+        raise
+    except Exception as exc:
+        tree.end_node(node, NodeStatus.FAILED, error=exc)
+        logger.warning("reflection strategy %r failed: %s", chosen, exc)
+        with_note = getattr(context.error, "add_note", None)
+        if callable(with_note):
+            with_note(f"reflection ({chosen}) could not run: {type(exc).__name__}: {exc}")
+        if isinstance(exc, ConfigurationError):
+            raise exc from context.error
+        return None
+    finally:
+        _frame.reset(token)
+    entry = ReflectionEntry(
+        level=context.level,
+        name=name,
+        attempt=context.attempt,
+        error=error_record(context.error),
+        strategy=chosen,
+        result=result,
+        node_id=node.id,
+        failed_node_id=context.failed_node.id,
+    )
+    tree.end_node(node, NodeStatus.COMPLETED, output=jsonable(result), record_output=True)
+    return entry
+
+
+async def pause(config: ReflectionConfig) -> None:
+    """Wait ``retry_delay`` before a retry (cancellation passes through)."""
+    if config.retry_delay > 0:
+        await asyncio.sleep(config.retry_delay)
+
+
+# The reflection that led to the attempt now running (workflow level), so that
+# ctx.reflection.last means "mine" inside concurrent retried steps.
+_current_entry: ContextVar[ReflectionEntry | None] = ContextVar(
+    "groundswell_reflection_entry", default=None
+)
+
+
+class ReflectionAPI:
+    """``ctx.reflection``: the workflow's reflection settings and history."""
+
+    __slots__ = ("_history", "config")
+
+    def __init__(self, config: ReflectionConfig | None) -> None:
+        #: The workflow's reflection settings (``None`` when reflection is off).
+        self.config = config
+        self._history: list[ReflectionEntry] = []
+
+    @property
+    def enabled(self) -> bool:
+        """True when failed steps of this workflow are reflected on."""
+        return self.config is not None
+
+    @property
+    def history(self) -> list[ReflectionEntry]:
+        """Every reflection in this run so far, oldest first (a copy)."""
+        return list(self._history)
+
+    @property
+    def last(self) -> ReflectionEntry | None:
+        """The reflection that led to the running retry, else the latest one, else ``None``."""
+        current = _current_entry.get()
+        if current is not None:
+            return current
+        return self._history[-1] if self._history else None
+
+    @property
+    def attempt(self) -> int:
+        """The attempt number of the step running now (1 unless it is a retry)."""
+        current = _current_entry.get()
+        return current.attempt + 1 if current is not None else 1
+
+    def _add(self, entry: ReflectionEntry) -> None:
+        self._history.append(entry)
+
+    def __repr__(self) -> str:
+        return f"ReflectionAPI(enabled={self.enabled}, history={len(self._history)})"
+
+
+async def retry_step(
+    run_attempt: Callable[[int], Awaitable[Any]],
+    *,
+    name: str,
+    config: ReflectionConfig,
+    ctx: WorkflowContext,
+    parent: EventNode,
+    failed_nodes: list[EventNode],
+    agent: Agent | None,
+) -> Any:
+    """Run a step, reflecting on each recoverable failure and retrying, up to the limit.
+
+    ``run_attempt(n)`` runs attempt ``n`` as its own step node and appends it
+    to ``failed_nodes`` before raising.
+    """
+    tree = ctx.event_tree
+    previous: list[ReflectionEntry] = []
+    entry: ReflectionEntry | None = None
+    attempt = 1
+    while True:
+        token = _current_entry.set(entry) if entry is not None else None
+        try:
+            return await run_attempt(attempt)
+        except Exception as exc:
+            failure = exc
+        finally:
+            if token is not None:
+                _current_entry.reset(token)
+        if (
+            attempt >= config.max_attempts
+            or not is_recoverable(failure)
+            or getattr(failure, "_groundswell_reflected_in", None) == ctx.workflow_id
+        ):
+            _mark_exhausted(failure, ctx.workflow_id)
+            raise failure
+        context = ReflectionContext(
+            level="workflow",
+            failed_node=failed_nodes[-1],
+            error=failure,
+            attempt=attempt,
+            previous_attempts=tuple(previous),
+            config=config,
+            tree=tree,
+            agent=agent,
+        )
+        entry = await reflect_once(context, name=name, parent=parent, workflow=ctx)
+        if entry is None or not entry.should_retry:
+            _mark_exhausted(failure, ctx.workflow_id)
+            if entry is not None:
+                ctx.reflection._add(entry)
+            raise failure
+        ctx.reflection._add(entry)
+        previous.append(entry)
+        await pause(config)
+        attempt += 1
+
+
+def _mark_exhausted(exc: BaseException, workflow_id: str) -> None:
+    # An enclosing step of the same workflow must not reflect on it all over again.
+    with contextlib.suppress(AttributeError, TypeError):
+        exc._groundswell_reflected_in = workflow_id  # type: ignore[attr-defined]
