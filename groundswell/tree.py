@@ -546,6 +546,9 @@ def _label(node: EventNode) -> str:
         parts.append(f"{duration * 1000:.1f}ms")
     if node.status is not NodeStatus.COMPLETED:
         parts.append(node.status.value)
+    attempt = node.metrics.get("attempt")
+    if isinstance(attempt, int) and node.type in (NodeType.STEP, NodeType.PROMPT):
+        parts.append(f"attempt {attempt}")
     usage = node.metrics.get("usage")
     if isinstance(usage, dict) and usage:
         parts.append(f"{usage.get('input_tokens', 0)}→{usage.get('output_tokens', 0)} tok")

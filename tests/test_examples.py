@@ -55,3 +55,29 @@ def test_every_example_script_runs_offline_and_prints_a_tree() -> None:
         )
         assert out.returncode == 0, f"{script.name}: {out.stderr}"
         assert out.stdout.startswith("✓ workflow"), script.name
+
+
+async def test_reflection_example_reflects_once_at_each_level() -> None:
+    example = load("09_reflection")
+    result = await example.plan_migration.run("a task")
+    assert result.output["days"] == [3, 9] and result.output["title"] == "Migration plan"
+    root = result.tree.root
+    assert [f"{c.type.value}:{c.name}:{c.status.value}" for c in root.children] == [
+        "step:prices:failed",
+        "reflection:prices:completed",
+        "step:prices:completed",
+        "step:estimate:completed",
+        "step:title:completed",
+    ]
+    for step_name, agent in (("estimate", "estimator"), ("title", "writer")):
+        (step,) = [c for c in root.children if c.name == step_name]
+        assert [f"{c.type.value}:{c.name}:{c.status.value}" for c in step.children] == [
+            f"prompt:{agent}:failed",
+            f"reflection:{agent}:completed",
+            f"prompt:{agent}:completed",
+        ]
+        (ask,) = step.children[1].children
+        assert ask.name == f"{agent}.reflection"
+    levels = [n.payload["level"] for n in result.tree.find(type="reflection")]
+    assert levels == ["workflow", "agent", "prompt"]
+    assert result.state["retried_after"].startswith("The answer broke a rule")
