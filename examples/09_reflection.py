@@ -43,13 +43,18 @@ def offline_model(request: MessagesRequest) -> str:
     """The fake's answers: wrong at first, right once the error was fed back."""
     asked = request.last_user_text()
     if "An attempt failed" in asked:  # the llm strategy asking for an analysis
+        timed_out = "TimeoutError" in asked
         return json.dumps(
             {
-                "analysis": "The answer broke a rule of the required format.",
+                "analysis": "The pricing service timed out, which is usually transient."
+                if timed_out
+                else "The answer broke a rule of the required format.",
                 "should_retry": True,
-                "guidance": "Follow the rule named in the error exactly.",
+                "guidance": "Call it again with a longer timeout."
+                if timed_out
+                else "Follow the rule named in the error exactly.",
                 "revised_system": None,
-                "revised_data_json": None,
+                "revised_data_json": json.dumps({"timeout_s": 10}) if timed_out else None,
             }
         )
     corrected = "Your previous reply could not be used" in asked
@@ -71,25 +76,32 @@ writer = Agent(name="writer", system="You write short titles.", client=client)
 calls = {"pricing": 0}
 
 
-def fetch_prices() -> dict[str, float]:
+def fetch_prices(timeout_s: float) -> dict[str, float]:
     """A pricing service that times out the first time it is called."""
     calls["pricing"] += 1
     if calls["pricing"] == 1:
-        raise TimeoutError("pricing service did not answer within 2s")
+        raise TimeoutError(f"pricing service did not answer within {timeout_s}s")
     return {"db": 120.0, "cache": 40.0}
 
 
 @workflow(name="plan-migration", enable_reflection=True, reflection_agent=critic)
 async def plan_migration(ctx: WorkflowContext, task: str) -> dict[str, object]:
-    # Workflow level: the first attempt fails, the critic reflects, the step runs again.
-    prices = await ctx.step("prices", fetch_prices)
-    last = ctx.reflection.last
-    ctx.state["retried_after"] = last.reason if last else None
+    # Workflow level: the first attempt fails, the critic reflects, the step runs
+    # again and reads the critic's revision from ctx.reflection.last.
+    def prices() -> dict[str, float]:
+        last = ctx.reflection.last  # None on the first attempt
+        if last is not None:
+            ctx.state["retried_after"] = last.reason
+        revised = (last.revised_data or {}) if last is not None else {}
+        return fetch_prices(timeout_s=revised.get("timeout_s", 2))
+
+    # Pass callables (not bare awaitables) to ctx.step so that a step can run again.
+    price_list = await ctx.step("prices", prices)
 
     # Agent level: the estimator reflects on every prompt.
     estimate = await ctx.step(
         "estimate",
-        estimator.prompt(
+        lambda: estimator.prompt(
             Prompt(user="Estimate the work in days.", data={"task": task}, response_format=Estimate)
         ),
     )
@@ -97,7 +109,7 @@ async def plan_migration(ctx: WorkflowContext, task: str) -> dict[str, object]:
     # Prompt level: this one prompt asks for reflection from a non-reflecting agent.
     title = await ctx.step(
         "title",
-        writer.prompt(
+        lambda: writer.prompt(
             Prompt(
                 user="Write a title for this plan.",
                 data={"task": task},
@@ -106,14 +118,14 @@ async def plan_migration(ctx: WorkflowContext, task: str) -> dict[str, object]:
             )
         ),
     )
-    return {"title": title.title, "days": [estimate.low, estimate.high], "prices": prices}
+    return {"title": title.title, "days": [estimate.low, estimate.high], "prices": price_list}
 
 
 async def main() -> None:
     result = await plan_migration.run("Move the orders table to the new database")
     print(result.tree.render())
     print(f"\noutput: {result.output}")
-    print(f"step retried after: {result.state['retried_after']}")
+    print(f"step retried after: {result.state.get('retried_after')}")
     levels = [n.payload["level"] for n in result.tree.find(type="reflection")]
     print(f"reflections by level: {levels}")
 

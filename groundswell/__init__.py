@@ -6,7 +6,7 @@ import importlib.metadata as _metadata
 from typing import TYPE_CHECKING, Any
 
 from .cache import Cache, ToolCachePolicy, get_cache, invalidate, tool_cache_stats
-from .context import Frame, current_frame, current_node, current_tree, record_event
+from .context import Frame, current_agent, current_frame, current_node, current_tree, record_event
 from .errors import (
     ConfigurationError,
     ExtractionError,
@@ -24,7 +24,7 @@ from .events import Event, Sink, SinkHub
 from .hooks import PromptBlocked
 from .hookspecs import CacheBackend, EventSink, ReflectionStrategy, ToolProvider, hookimpl
 from .plugins import PluginInfo, PluginManager, flush_sinks, get_plugin_manager
-from .prompt import Prompt, PromptOverrides, create_prompt
+from .prompt import Prompt, PromptOverrides, PromptTemplate, create_prompt
 from .reflection import (
     ReflectionAPI,
     ReflectionConfig,
@@ -87,6 +87,7 @@ __all__ = [
     "PromptBlocked",
     "PromptOverrides",
     "PromptResult",
+    "PromptTemplate",
     "ReflectionAPI",
     "ReflectionConfig",
     "ReflectionContext",
@@ -114,6 +115,7 @@ __all__ = [
     "create_agent",
     "create_prompt",
     "create_workflow",
+    "current_agent",
     "current_frame",
     "current_node",
     "current_tree",

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import dataclasses
 import os
+import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar, overload
@@ -32,16 +33,18 @@ from .errors import ConfigurationError, MaxTurnsExceeded, ResponseValidationErro
 from .hooks import HookRunner, PromptBlocked, blocked, specific
 from .model import api_error, build_request, call_model, is_retryable_stream_error, parse_output
 from .plugins import get_plugin_manager
-from .prompt import NO_OVERRIDES, Prompt, PromptOverrides
+from .prompt import NO_OVERRIDES, Prompt, PromptOverrides, PromptTemplate
 from .reflection import (
     AGENT_REFLECTABLE,
     Level,
     ReflectionConfig,
     ReflectionContext,
     ReflectionEntry,
+    mark_given_up,
     pause,
     reflect_once,
     resolve_config,
+    strategy_failed,
 )
 from .tools import (
     MCPBridge,
@@ -57,6 +60,7 @@ from .tools import (
     tool_result_content,
 )
 from .tree import EventNode, EventTree, NodeStatus, NodeType
+from .workflow import Workflow
 
 __all__ = ["DEFAULT_MODEL", "Agent", "PromptResult", "StreamEvent", "create_agent"]
 
@@ -139,6 +143,9 @@ class Agent:
     or ``enable_cache=True`` (the default backend) caches whole answers.
     ``enable_reflection=True`` (or ``reflection=ReflectionConfig(...)``) feeds
     a failed prompt's error back to the model and lets it answer again.
+    ``spawnable`` (name → :class:`~groundswell.Workflow`) and
+    ``prompt_templates`` (name → :class:`~groundswell.PromptTemplate`) are what
+    the introspection tools may start or build on its behalf.
     ``client`` is an ``anthropic.AsyncAnthropic`` (one is made from
     ``ANTHROPIC_API_KEY`` when omitted).
     """
@@ -173,6 +180,8 @@ class Agent:
         tool_cache: Mapping[str, ToolCachePolicy] | None = None,
         enable_reflection: bool = False,
         reflection: ReflectionConfig | None = None,
+        spawnable: Mapping[str, Any] | None = None,
+        prompt_templates: Mapping[str, PromptTemplate] | None = None,
         client: anthropic.AsyncAnthropic | None = None,
     ) -> None:
         if not isinstance(name, str) or not name.strip():
@@ -234,6 +243,21 @@ class Agent:
         )
         #: Reflections on this agent's prompts, oldest first (the last 1,000).
         self.reflection_history: list[ReflectionEntry] = []
+        #: Workflows this agent may start through the ``request_spawn_workflow`` tool.
+        self.spawnable: dict[str, Workflow[..., Any]] = dict(spawnable or {})
+        for key, wf in self.spawnable.items():
+            if not isinstance(wf, Workflow):
+                raise ConfigurationError(
+                    f"spawnable[{key!r}] must be a groundswell.Workflow, got {type(wf).__name__}"
+                )
+        #: Prompt templates this agent may fill in through ``generate_dynamic_prompt``.
+        self.prompt_templates: dict[str, PromptTemplate] = dict(prompt_templates or {})
+        for key, template in self.prompt_templates.items():
+            if not isinstance(template, PromptTemplate):
+                raise ConfigurationError(
+                    f"prompt_templates[{key!r}] must be a groundswell.PromptTemplate, "
+                    f"got {type(template).__name__}"
+                )
         self._client = client
         if client is not None and isinstance(client.api_key, str):
             register_secret(client.api_key)
@@ -350,11 +374,12 @@ class Agent:
     ) -> tuple[ReflectionConfig | None, Level]:
         """The reflection settings in force for one call (overrides > prompt > agent)."""
         config = overrides.reflection
+        if config is not None:  # the override's own settings beat anything the prompt says
+            on = config.enabled and overrides.enable_reflection is not False
+            return (config if on else None), "prompt"
         enabled = overrides.enable_reflection
         if enabled is None:
             enabled = prompt.enable_reflection
-        if config is not None:
-            return (config if config.enabled and enabled is not False else None), "prompt"
         if enabled is None:
             return self.reflection, "agent"
         if not enabled:
@@ -415,15 +440,23 @@ class Agent:
         previous: list[ReflectionEntry] = []
         retry: _Retry | None = None
         attempt = 1
+        first_key: tuple[Cache, str] | None = None
         while True:
             box: dict[str, Any] = {}
             try:
-                return await self._run(
+                result = await self._run(
                     prompt, overrides, emit, attempt=attempt, retry=retry, box=box
                 )
             except AGENT_REFLECTABLE as exc:
                 failure: Exception = exc
+            else:
+                if first_key is not None:
+                    await _remember_corrected(*first_key, result.output)
+                return result
+            if attempt == 1 and "cache" in box:
+                first_key = box["cache"]
             if attempt >= config.max_attempts or "node" not in box:
+                mark_given_up(failure)
                 raise failure
             node: EventNode = box["node"]
             tree: EventTree = box["tree"]
@@ -440,6 +473,7 @@ class Agent:
                 prompt=prompt,
                 messages=tuple(box.get("messages") or ()),
                 output=raw if isinstance(raw, str) else None,
+                system=box.get("system"),
             )
             parent = tree.get_node(node.parent_id) if node.parent_id else None
             entry = await reflect_once(
@@ -451,13 +485,21 @@ class Agent:
             if entry is not None:
                 self.reflection_history.append(entry)
                 del self.reflection_history[:-_HISTORY_LIMIT]
+                if outer is not None and outer.workflow is not None:
+                    outer.workflow.reflection._add(entry)
             if entry is None or not entry.should_retry:
+                mark_given_up(failure)
                 raise failure
+            try:
+                prompt, overrides = _revised(prompt, overrides, entry)
+            except ConfigurationError as exc:  # e.g. revised data that cannot be rendered
+                strategy_failed(failure, tree.get_node(entry.node_id), tree, entry.strategy, exc)
+                mark_given_up(failure)
+                raise failure from None
             previous.append(entry)
             await pause(config)
             if emit is not None:
                 emit(StreamEvent("retry", text=f"attempt {attempt} failed: {context.error_text}"))
-            prompt, overrides = _revised(prompt, overrides, entry)
             retry = _Retry.after(context, entry)
             attempt += 1
 
@@ -509,7 +551,7 @@ class Agent:
         workflow = outer.workflow if outer else None
         # Set when this prompt runs inside another agent's tool call.
         parent_hooks: HookRunner | None = outer.hooks if outer else None
-        token = _frame.set(Frame(tree, node, workflow))
+        token = _frame.set(Frame(tree, node, workflow, agent=self))
         usage: dict[str, int] = {}
         subagent = {"agent_id": node.id, "agent_type": self.name}
         try:
@@ -589,7 +631,7 @@ class Agent:
             if retry is not None:
                 messages.extend(retry.messages)
             if box is not None:
-                box["messages"] = messages
+                box["messages"], box["system"] = messages, system
             run = _Conversation(
                 agent=self,
                 prompt=prompt,
@@ -613,6 +655,8 @@ class Agent:
             first, _ = run.request()
             fmt = prompt.response_format
             key = request_cache_key(self.name, first)
+            if box is not None:
+                box["cache"] = (cache, key)
             holder: dict[str, PromptResult[Any]] = {}
 
             async def produce() -> Any:
@@ -740,7 +784,7 @@ class Agent:
             kind, name, parent, payload={"tool_use_id": call_id, "input": tool_input}
         )
         outer = _frame.get()
-        token = _frame.set(Frame(tree, node, outer.workflow if outer else None, hooks))
+        token = _frame.set(Frame(tree, node, outer.workflow if outer else None, hooks, agent=self))
         if emit:
             emit(
                 StreamEvent(
@@ -914,6 +958,17 @@ class _Retry:
                 )
             )
         return cls(note=feedback)
+
+
+async def _remember_corrected(cache: Cache, key: str, output: Any) -> None:
+    """Cache a reflection-corrected answer under the first attempt's key too.
+
+    Without this, every later call of the same prompt would fail its first
+    attempt again before reaching the corrected answer.
+    """
+    value = output.model_dump(mode="json") if isinstance(output, BaseModel) else output
+    with contextlib.suppress(Exception):  # a cache outage never fails a prompt
+        await cache.set(key, {"value": value, "stored_at": time.time()})
 
 
 def _revised(

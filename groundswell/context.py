@@ -19,7 +19,14 @@ from .tree import EventNode, EventTree
 if TYPE_CHECKING:
     from .workflow import WorkflowContext
 
-__all__ = ["Frame", "current_frame", "current_node", "current_tree", "record_event"]
+__all__ = [
+    "Frame",
+    "current_agent",
+    "current_frame",
+    "current_node",
+    "current_tree",
+    "record_event",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,13 +34,15 @@ class Frame:
     """The current position in a run: its tree, the node code runs under, its workflow.
 
     ``hooks`` is set while an agent's tool call runs: the hook runner of that
-    agent's prompt, where sub-agent hooks fire.
+    agent's prompt, where sub-agent hooks fire. ``agent`` is the
+    :class:`~groundswell.Agent` whose prompt (or tool call) runs now.
     """
 
     tree: EventTree
     node: EventNode
     workflow: WorkflowContext | None = None
     hooks: Any = None
+    agent: Any = None
 
 
 _frame: ContextVar[Frame | None] = ContextVar("groundswell_frame", default=None)
@@ -54,6 +63,12 @@ def current_tree() -> EventTree | None:
     """The tree of the run the calling code belongs to, or ``None`` outside any run."""
     frame = _frame.get()
     return frame.tree if frame is not None else None
+
+
+def current_agent() -> Any:
+    """The agent whose prompt or tool call the calling code runs in, or ``None``."""
+    frame = _frame.get()
+    return frame.agent if frame is not None else None
 
 
 def record_event(type: str, **data: Any) -> dict[str, Any] | None:

@@ -7,6 +7,7 @@ A setting left as ``None`` is "not set" and falls through to the next level.
 from __future__ import annotations
 
 import dataclasses
+import string
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -18,7 +19,7 @@ from .cache import Cache
 from .errors import ConfigurationError
 from .reflection import ReflectionConfig
 
-__all__ = ["Prompt", "PromptOverrides", "create_prompt", "render_user"]
+__all__ = ["Prompt", "PromptOverrides", "PromptTemplate", "create_prompt", "render_user"]
 
 T = TypeVar("T")
 
@@ -180,6 +181,100 @@ class PromptOverrides:
 
 _OVERRIDE_FIELDS = tuple(f.name for f in dataclasses.fields(PromptOverrides))
 NO_OVERRIDES = PromptOverrides()
+
+
+_IDENTIFIER = string.ascii_letters + string.digits + "_"
+
+
+@dataclass(frozen=True, kw_only=True)
+class PromptTemplate:
+    """A prompt an agent may build at run time from variables (``generate_dynamic_prompt``).
+
+    ``user`` and ``system`` are :meth:`str.format` templates with plain named
+    placeholders (``"Summarize {topic} in {words} words"``); every placeholder
+    is a required variable. ``variables`` describes them (name → description)
+    for the model; values must be strings, numbers or booleans.
+    """
+
+    user: str
+    description: str = ""
+    system: str | None = None
+    response_format: type[BaseModel] | None = None
+    variables: Mapping[str, str] | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.user, str) or not self.user.strip():
+            raise ConfigurationError("PromptTemplate.user must be a non-empty template string")
+        names = self.placeholders()
+        declared = set(self.variables or {})
+        if self.variables is not None and declared != names:
+            raise ConfigurationError(
+                f"PromptTemplate.variables {sorted(declared)} do not match the placeholders "
+                f"{sorted(names)} of its templates"
+            )
+
+    def placeholders(self) -> set[str]:
+        """The variable names the templates use."""
+        names: set[str] = set()
+        for template in (self.user, self.system or ""):
+            try:
+                parsed = list(string.Formatter().parse(template))
+            except ValueError as exc:
+                raise ConfigurationError(
+                    f"PromptTemplate: bad template {template!r:.60}: {exc}"
+                ) from exc
+            for _, field_name, _, _ in parsed:
+                if field_name is None:
+                    continue
+                # Attribute and index lookups ("{x.__class__}") would let a model read objects.
+                if not field_name or not all(c in _IDENTIFIER for c in field_name):
+                    raise ConfigurationError(
+                        f"PromptTemplate: placeholder {{{field_name}}} must be a plain name"
+                    )
+                names.add(field_name)
+        return names
+
+    def input_schema(self) -> dict[str, Any]:
+        """A JSON schema for the variables."""
+        described = dict(self.variables or {})
+        return {
+            "type": "object",
+            "properties": {
+                name: {
+                    "type": ["string", "number", "boolean"],
+                    **({"description": described[name]} if name in described else {}),
+                }
+                for name in sorted(self.placeholders())
+            },
+            "required": sorted(self.placeholders()),
+            "additionalProperties": False,
+        }
+
+    def render(self, variables: Mapping[str, Any]) -> Prompt[Any]:
+        """The :class:`Prompt` for these variables; :class:`ConfigurationError` if they do not fit."""
+        if not isinstance(variables, Mapping):
+            raise ConfigurationError(
+                f"template variables must be an object, got {type(variables).__name__}"
+            )
+        names = self.placeholders()
+        missing = sorted(names - set(variables))
+        unknown = sorted(set(variables) - names)
+        if missing or unknown:
+            raise ConfigurationError(
+                f"template variables do not fit: missing {missing}, unknown {unknown}; "
+                f"expected exactly {sorted(names)}"
+            )
+        bad = [k for k, v in variables.items() if not isinstance(v, str | int | float | bool)]
+        if bad:
+            raise ConfigurationError(
+                f"template variables {sorted(bad)} must be strings, numbers or booleans"
+            )
+        values = {k: str(v) for k, v in variables.items()}
+        return Prompt(
+            user=self.user.format_map(values),
+            system=self.system.format_map(values) if self.system else None,
+            response_format=self.response_format,
+        )
 
 
 def create_prompt(user: str, **fields: Any) -> Prompt[Any]:

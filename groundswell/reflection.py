@@ -148,6 +148,23 @@ class ReflectionResult:
     revised_data: Any = None
     revised_system: str | None = None
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.should_retry, bool):
+            raise ConfigurationError(
+                f"ReflectionResult.should_retry must be True or False, got {self.should_retry!r}"
+            )
+        if not isinstance(self.reason, str):
+            raise ConfigurationError(
+                f"ReflectionResult.reason must be a string, got {type(self.reason).__name__}"
+            )
+        if self.revised_system is not None and (
+            not isinstance(self.revised_system, str) or not self.revised_system.strip()
+        ):
+            raise ConfigurationError(
+                "ReflectionResult.revised_system must be a non-empty string or None, "
+                f"got {self.revised_system!r:.60}"
+            )
+
 
 @dataclass(frozen=True, slots=True)
 class ReflectionEntry:
@@ -194,7 +211,8 @@ class ReflectionContext:
     the same step or prompt. ``agent`` is the agent whose prompt failed (agent
     and prompt level) or the workflow's ``reflection_agent``; ``prompt`` and
     ``messages`` are the failed prompt and its conversation (agent and prompt
-    level); ``output`` is the reply that could not be used, when there was one.
+    level), ``system`` the system prompt that was sent; ``output`` is the reply
+    that could not be used, when there was one.
     """
 
     level: Level
@@ -208,6 +226,7 @@ class ReflectionContext:
     prompt: Prompt[Any] | None = None
     messages: tuple[dict[str, Any], ...] = ()
     output: str | None = None
+    system: Any = None
 
     @property
     def max_attempts(self) -> int:
@@ -365,9 +384,14 @@ async def reflect_once(
             used=chosen,
             reason="the plugin providing it is not loaded",
         )
-    token = _frame.set(Frame(tree, node, workflow))
     try:
         _, strategy = _strategy(chosen)
+    except (ConfigurationError, PluginError) as exc:
+        # A strategy name nobody registered is the caller's configuration to fix.
+        tree.end_node(node, NodeStatus.FAILED, error=exc)
+        raise exc from context.error
+    token = _frame.set(Frame(tree, node, workflow))
+    try:
         result = await strategy.reflect(context)
         if not isinstance(result, ReflectionResult):
             raise PluginError(
@@ -378,13 +402,8 @@ async def reflect_once(
         tree.end_node(node, NodeStatus.CANCELLED)
         raise
     except Exception as exc:
-        tree.end_node(node, NodeStatus.FAILED, error=exc)
-        logger.warning("reflection strategy %r failed: %s", chosen, exc)
-        with_note = getattr(context.error, "add_note", None)
-        if callable(with_note):
-            with_note(f"reflection ({chosen}) could not run: {type(exc).__name__}: {exc}")
-        if isinstance(exc, ConfigurationError):
-            raise exc from context.error
+        # Whatever went wrong in the strategy, the run keeps its original error.
+        strategy_failed(context.error, node, tree, chosen, exc)
         return None
     finally:
         _frame.reset(token)
@@ -402,15 +421,31 @@ async def reflect_once(
     return entry
 
 
+def strategy_failed(
+    error: BaseException, node: EventNode, tree: EventTree, strategy: str, exc: BaseException
+) -> None:
+    """Record that reflection could not help: on its node, in the log, on the original error."""
+    if node.ended_at is None:
+        tree.end_node(node, NodeStatus.FAILED, error=exc)
+    else:
+        tree.add_event(node, "revision_rejected", error=error_record(exc))
+    record = error_record(exc)  # secrets redacted
+    text = f"reflection ({strategy}) could not help: {record['type']}: {record['message']}"
+    logger.warning("%s", text)
+    with contextlib.suppress(Exception):
+        error.add_note(text)
+
+
 async def pause(config: ReflectionConfig) -> None:
     """Wait ``retry_delay`` before a retry (cancellation passes through)."""
     if config.retry_delay > 0:
         await asyncio.sleep(config.retry_delay)
 
 
-# The reflection that led to the attempt now running (workflow level), so that
-# ctx.reflection.last means "mine" inside concurrent retried steps.
-_current_entry: ContextVar[ReflectionEntry | None] = ContextVar(
+# The reflection that led to the attempt now running, with the id of its
+# workflow: ctx.reflection.last means "mine" inside concurrent retried steps,
+# and never leaks into a child workflow or a sibling step.
+_current_entry: ContextVar[tuple[str, ReflectionEntry] | None] = ContextVar(
     "groundswell_reflection_entry", default=None
 )
 
@@ -418,11 +453,12 @@ _current_entry: ContextVar[ReflectionEntry | None] = ContextVar(
 class ReflectionAPI:
     """``ctx.reflection``: the workflow's reflection settings and history."""
 
-    __slots__ = ("_history", "config")
+    __slots__ = ("_history", "_workflow_id", "config")
 
-    def __init__(self, config: ReflectionConfig | None) -> None:
+    def __init__(self, config: ReflectionConfig | None, workflow_id: str = "") -> None:
         #: The workflow's reflection settings (``None`` when reflection is off).
         self.config = config
+        self._workflow_id = workflow_id
         self._history: list[ReflectionEntry] = []
 
     @property
@@ -432,22 +468,33 @@ class ReflectionAPI:
 
     @property
     def history(self) -> list[ReflectionEntry]:
-        """Every reflection in this run so far, oldest first (a copy)."""
+        """Every reflection in this workflow run so far, at every level, oldest first (a copy).
+
+        Agent- and prompt-level reflections on prompts run inside this
+        workflow (not inside a child workflow) are included.
+        """
         return list(self._history)
+
+    def _mine(self) -> ReflectionEntry | None:
+        current = _current_entry.get()
+        if current is not None and current[0] == self._workflow_id:
+            return current[1]
+        return None
 
     @property
     def last(self) -> ReflectionEntry | None:
-        """The reflection that led to the running retry, else the latest one, else ``None``."""
-        current = _current_entry.get()
-        if current is not None:
-            return current
-        return self._history[-1] if self._history else None
+        """The reflection that led to the step attempt running now; ``None`` on a first attempt.
+
+        Each retried step sees its own reflection, even when steps retry
+        concurrently; for the latest reflection anywhere, use ``history[-1]``.
+        """
+        return self._mine()
 
     @property
     def attempt(self) -> int:
         """The attempt number of the step running now (1 unless it is a retry)."""
-        current = _current_entry.get()
-        return current.attempt + 1 if current is not None else 1
+        mine = self._mine()
+        return mine.attempt + 1 if mine is not None else 1
 
     def _add(self, entry: ReflectionEntry) -> None:
         self._history.append(entry)
@@ -476,7 +523,7 @@ async def retry_step(
     entry: ReflectionEntry | None = None
     attempt = 1
     while True:
-        token = _current_entry.set(entry) if entry is not None else None
+        token = _current_entry.set((ctx.workflow_id, entry)) if entry is not None else None
         try:
             return await run_attempt(attempt)
         except Exception as exc:
@@ -484,12 +531,8 @@ async def retry_step(
         finally:
             if token is not None:
                 _current_entry.reset(token)
-        if (
-            attempt >= config.max_attempts
-            or not is_recoverable(failure)
-            or getattr(failure, "_groundswell_reflected_in", None) == ctx.workflow_id
-        ):
-            _mark_exhausted(failure, ctx.workflow_id)
+        if attempt >= config.max_attempts or not is_recoverable(failure) or gave_up_on(failure):
+            mark_given_up(failure)
             raise failure
         context = ReflectionContext(
             level="workflow",
@@ -503,7 +546,7 @@ async def retry_step(
         )
         entry = await reflect_once(context, name=name, parent=parent, workflow=ctx)
         if entry is None or not entry.should_retry:
-            _mark_exhausted(failure, ctx.workflow_id)
+            mark_given_up(failure)
             if entry is not None:
                 ctx.reflection._add(entry)
             raise failure
@@ -513,7 +556,32 @@ async def retry_step(
         attempt += 1
 
 
-def _mark_exhausted(exc: BaseException, workflow_id: str) -> None:
-    # An enclosing step of the same workflow must not reflect on it all over again.
-    with contextlib.suppress(AttributeError, TypeError):
-        exc._groundswell_reflected_in = workflow_id  # type: ignore[attr-defined]
+_GAVE_UP = "_groundswell_reflection_gave_up"
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    seen: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in seen:
+        seen.append(current)
+        while isinstance(current, BaseExceptionGroup) and current.exceptions:
+            current = current.exceptions[0]
+            seen.append(current)
+        current = current.__cause__
+    return seen
+
+
+def mark_given_up(exc: BaseException) -> None:
+    """Note that a reflection loop has given up on this failure."""
+    for item in _chain(exc):
+        with contextlib.suppress(AttributeError, TypeError):
+            setattr(item, _GAVE_UP, True)
+
+
+def gave_up_on(exc: BaseException) -> bool:
+    """True when some reflection loop (any level) already gave up on this failure.
+
+    An enclosing step or workflow then does not start over: ``max_attempts``
+    stays a hard cap however levels nest.
+    """
+    return any(getattr(item, _GAVE_UP, False) for item in _chain(exc))

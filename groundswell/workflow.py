@@ -11,12 +11,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import functools
 import inspect
 import math
 import time
+import typing
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, cast, overload
+
+import pydantic
 
 from ._serialize import error_record, jsonable
 from .context import Frame, _frame, new_run_tree
@@ -123,7 +127,16 @@ async def _call(name: str, fn: Any) -> Any:
 class WorkflowContext:
     """What a workflow function gets as ``ctx``: steps, state, spawning, its node and tree."""
 
-    __slots__ = ("_tree", "cache", "node", "parent_workflow_id", "reflection", "state", "workflow")
+    __slots__ = (
+        "_last_state",
+        "_tree",
+        "cache",
+        "node",
+        "parent_workflow_id",
+        "reflection",
+        "state",
+        "workflow",
+    )
 
     def __init__(
         self,
@@ -137,9 +150,10 @@ class WorkflowContext:
         self.node = node
         self.parent_workflow_id = parent_workflow_id
         self.state: dict[str, Any] = {}
+        self._last_state: Any = {}
         self.cache: Any = workflow.cache
         #: Reflection settings and history of this run (see :class:`ReflectionAPI`).
-        self.reflection = ReflectionAPI(workflow.reflection)
+        self.reflection = ReflectionAPI(workflow.reflection, node.id)
 
     @property
     def workflow_id(self) -> str:
@@ -292,6 +306,8 @@ class WorkflowContext:
                 )
             raise
         else:
+            if self.state:
+                self._snapshot_if_changed(node)
             tree.end_node(node, NodeStatus.COMPLETED, output=result, record_output=True)
             return result
         finally:
@@ -314,12 +330,72 @@ class WorkflowContext:
         """A deep copy of ``state``, also recorded as a ``state_snapshot`` event.
 
         Secrets (``pydantic.SecretStr``/``SecretBytes``) are redacted in the event.
+        Steps that change ``state`` record a snapshot on their node when they end.
         """
         snapshot = copy.deepcopy(self.state)
         frame = _frame.get()
         node = frame.node if frame is not None and frame.tree is self._tree else self.node
-        self._tree.add_event(node, "state_snapshot", workflow_id=self.workflow_id, state=snapshot)
+        self._record_snapshot(node, jsonable(snapshot), reason="requested")
         return snapshot
+
+    def _snapshot_if_changed(self, node: EventNode) -> None:
+        # jsonable() copies and redacts; comparing copies catches in-place changes too.
+        current = jsonable(self.state)
+        if current != self._last_state:
+            self._record_snapshot(node, current, reason="step_end")
+
+    def _record_snapshot(self, node: EventNode, state: Any, *, reason: str) -> None:
+        previous = self._last_state if isinstance(self._last_state, dict) else {}
+        changed = sorted(
+            k
+            for k in set(previous) | set(state)
+            if previous.get(k, _MISSING) != state.get(k, _MISSING)
+        )
+        self._last_state = state
+        self._tree.add_event(
+            node,
+            "state_snapshot",
+            workflow_id=self.workflow_id,
+            state=state,
+            changed=changed,
+            reason=reason,
+        )
+
+    async def replace_last_prompt_result(
+        self, prompt: Any, agent: Any, overrides: Any = None
+    ) -> Any:
+        """Run ``prompt`` on ``agent`` in place of the last prompt, and return its output.
+
+        The last prompt started under the current node (a step, or the
+        workflow) gets the status ``revised`` once the new one has succeeded
+        and keeps its output for inspection; the new prompt runs as its
+        sibling. Replacing again replaces the newest, so a chain of revisions
+        stays one row of siblings, all ``revised`` but the last.
+        """
+        tree = self._tree
+        frame = _frame.get()
+        scope = frame.node if frame is not None and frame.tree is tree else self.node
+        last = _last_prompt(tree, scope)
+        if last is None:
+            raise ConfigurationError(
+                f"replace_last_prompt_result: no prompt has run under {tree.path(scope.id)!r} "
+                "yet; run one with agent.prompt(...) first"
+            )
+        if last.ended_at is None:
+            raise ConfigurationError(
+                f"replace_last_prompt_result: the last prompt ({tree.path(last.id)!r}) is "
+                "still running; await it first"
+            )
+        parent = tree.get_node(last.parent_id) if last.parent_id else scope
+        token = _frame.set(Frame(tree, parent, self))
+        try:
+            result = await agent.run(prompt, overrides)
+        finally:
+            _frame.reset(token)
+        result.node.payload["revises"] = last.id
+        tree.add_event(last, "revised", by=result.node.id)
+        tree.set_status(last, NodeStatus.REVISED)
+        return result.output
 
     def __repr__(self) -> str:
         return f"WorkflowContext(workflow={self.workflow.name!r}, id={self.workflow_id})"
@@ -425,6 +501,34 @@ class Workflow(Generic[P, T]):
             state=ctx.state,
         )
 
+    def input_schema(self) -> dict[str, Any]:
+        """The JSON schema of the workflow's arguments (after ``ctx``), from its signature."""
+        return _input_model(self.executor).model_json_schema()
+
+    def validate_input(self, data: Any) -> dict[str, Any]:
+        """Check ``data`` (a mapping of argument names) and return the keyword arguments.
+
+        Raises :class:`ConfigurationError` naming each invalid or missing argument.
+        """
+        if not isinstance(data, dict):
+            raise ConfigurationError(
+                f"workflow {self.name!r}: input must be an object of arguments, "
+                f"got {type(data).__name__}"
+            )
+        model = _input_model(self.executor)
+        try:
+            checked = model.model_validate(data)
+        except pydantic.ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or '(input)'}: {e['msg']}"
+                for e in exc.errors()[:5]
+            )
+            raise ConfigurationError(
+                f"workflow {self.name!r}: invalid input ({problems}); "
+                f"expected {sorted(model.model_fields)}"
+            ) from exc
+        return {name: getattr(checked, name) for name in model.model_fields}
+
     @staticmethod
     def _record_state(node: EventNode, ctx: WorkflowContext) -> None:
         if ctx.state:
@@ -432,6 +536,44 @@ class Workflow(Generic[P, T]):
 
     def __repr__(self) -> str:
         return f"Workflow({self.name!r})"
+
+
+_MISSING = object()
+
+
+def _last_prompt(tree: EventTree, scope: EventNode) -> EventNode | None:
+    """The most recently started prompt under ``scope`` that no other prompt contains."""
+    best: EventNode | None = None
+    stack = list(scope.children)
+    while stack:
+        node = stack.pop()
+        if node.type is NodeType.PROMPT:
+            if best is None or node.timestamp > best.timestamp:
+                best = node
+            continue  # a prompt inside a tool of this prompt is not a separate result
+        stack.extend(node.children)
+    return best
+
+
+@functools.lru_cache(maxsize=256)
+def _input_model(executor: Callable[..., Any]) -> type[pydantic.BaseModel]:
+    """A pydantic model of an executor's parameters after ``ctx`` (extra fields refused)."""
+    try:
+        hints = typing.get_type_hints(executor)
+    except Exception:
+        hints = {}
+    fields: dict[str, Any] = {}
+    params = list(inspect.signature(executor).parameters.values())[1:]
+    for param in params:
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            continue
+        default = ... if param.default is param.empty else param.default
+        fields[param.name] = (hints.get(param.name, Any), default)
+    name = f"{getattr(executor, '__name__', 'workflow')}_input"
+    model: type[pydantic.BaseModel] = pydantic.create_model(
+        name, __config__=pydantic.ConfigDict(extra="forbid"), **fields
+    )
+    return model
 
 
 def _note_detached(tree: EventTree, node: EventNode) -> None:

@@ -80,4 +80,5 @@ async def test_reflection_example_reflects_once_at_each_level() -> None:
         assert ask.name == f"{agent}.reflection"
     levels = [n.payload["level"] for n in result.tree.find(type="reflection")]
     assert levels == ["workflow", "agent", "prompt"]
-    assert result.state["retried_after"].startswith("The answer broke a rule")
+    assert result.state["retried_after"].startswith("The pricing service timed out")
+    assert example.calls["pricing"] == 2

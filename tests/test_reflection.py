@@ -661,3 +661,225 @@ def test_bad_reflection_arguments_are_refused() -> None:
 
 async def _noop(ctx: WorkflowContext) -> None:
     return None
+
+
+# -- edge cases -------------------------------------------------------------------------
+
+
+async def test_override_config_beats_a_prompt_that_says_no() -> None:
+    fake = FakeAnthropicAPI([json_reply(BAD), json_reply(GOOD)])
+    agent = agent_for(fake)
+    verdict = await agent.prompt(
+        JUDGE.with_(enable_reflection=False), PromptOverrides(reflection=FEEDBACK)
+    )
+    assert verdict == Verdict(**GOOD) and len(fake.requests) == 2
+
+
+async def test_prompt_level_enable_on_a_plain_agent_uses_the_llm_strategy() -> None:
+    fake = FakeAnthropicAPI([json_reply(BAD), json_reply(analysis()), json_reply(GOOD)])
+    agent = agent_for(fake)
+    assert await agent.prompt(JUDGE.with_(enable_reflection=True)) == Verdict(**GOOD)
+    assert len(fake.requests) == 3
+    assert agent.reflection_history[0].strategy == "llm"
+
+
+async def test_last_belongs_to_the_retried_step_only() -> None:
+    seen: dict[str, Any] = {}
+    tries = {"a": 0}
+
+    @workflow(name="child")
+    async def child(ctx: WorkflowContext) -> None:
+        seen["child"] = (ctx.reflection.last, ctx.reflection.attempt, ctx.reflection.history)
+
+    @workflow(name="parent", reflection=FEEDBACK)
+    async def parent(ctx: WorkflowContext) -> None:
+        async def a() -> None:
+            tries["a"] += 1
+            if tries["a"] == 1:
+                raise ValueError("a failed")
+            seen["a"] = ctx.reflection.last
+            await child.run()
+
+        async def b() -> None:
+            seen["b"] = (ctx.reflection.last, ctx.reflection.attempt)
+
+        await asyncio.gather(ctx.step("a", a), ctx.step("b", b))
+        await ctx.step("after", b)
+        seen["history"] = ctx.reflection.history
+
+    await parent.run()
+    assert seen["a"] is not None and seen["a"].name == "a"
+    assert seen["b"] == (None, 1)
+    assert seen["child"] == (None, 1, [])
+    assert [e.name for e in seen["history"]] == ["a"]
+
+
+async def test_workflow_history_includes_agent_level_reflections() -> None:
+    fake = FakeAnthropicAPI([json_reply(BAD), json_reply(GOOD)])
+    agent = agent_for(fake, reflection=FEEDBACK)
+    history: list[Any] = []
+
+    @workflow
+    async def wf(ctx: WorkflowContext) -> None:
+        await ctx.step("judge", lambda: agent.prompt(JUDGE))
+        history.extend(ctx.reflection.history)
+
+    await wf.run()
+    assert [(e.level, e.name) for e in history] == [("agent", "judge")]
+
+
+async def test_llm_strategy_sees_and_revises_the_system_that_was_sent() -> None:
+    fake = FakeAnthropicAPI(
+        [json_reply(BAD), json_reply(analysis(revised_system="Integers only.")), json_reply(GOOD)]
+    )
+    agent = agent_for(fake, system="AGENT SYSTEM", enable_reflection=True)
+    await agent.prompt(JUDGE, PromptOverrides(system="OVERRIDE SYSTEM"))
+    asked = fake.requests[1].last_user_text()
+    assert "OVERRIDE SYSTEM" in asked and "AGENT SYSTEM" not in asked
+    assert fake.requests[2].system == "Integers only."
+
+
+async def test_workflow_level_llm_should_retry_false_stops() -> None:
+    fake = FakeAnthropicAPI([json_reply(analysis(should_retry=False, analysis="Cannot fix."))])
+    critic = agent_for(fake, name="critic")
+    calls = 0
+
+    @workflow(enable_reflection=True, reflection_agent=critic)
+    async def wf(ctx: WorkflowContext) -> None:
+        def fail() -> None:
+            nonlocal calls
+            calls += 1
+            raise ValueError("input file is missing")
+
+        await ctx.step("load", fail)
+
+    with pytest.raises(WorkflowError) as caught:
+        await wf.run()
+    assert calls == 1 and len(fake.requests) == 1
+    assert shape(caught.value.result.node) == [  # type: ignore[union-attr]
+        "step:load:failed",
+        "reflection:load:completed",
+    ]
+
+
+@pytest.mark.parametrize(
+    "make_result",
+    [
+        lambda: ReflectionResult(should_retry="no"),  # type: ignore[arg-type]
+        lambda: ReflectionResult(should_retry=True, revised_system=""),
+        lambda: ReflectionResult(should_retry=True, revised_data=object()),
+        lambda: "retry please",
+    ],
+)
+async def test_a_bad_strategy_result_keeps_the_original_error(make_result: Any) -> None:
+    class Odd:
+        async def reflect(self, context: ReflectionContext) -> Any:
+            return make_result()
+
+    class Plugin:
+        @hookimpl
+        def register_reflection_strategies(self) -> ReflectionStrategy:
+            return ReflectionStrategy("odd", Odd)
+
+    fake = FakeAnthropicAPI([json_reply(BAD), json_reply(GOOD)])
+    agent = agent_for(fake, reflection=ReflectionConfig(strategy="odd"))
+    manager = groundswell.get_plugin_manager()
+    manager.register(Plugin(), name="odd-plugin")
+    try:
+        with pytest.raises(ResponseValidationError) as caught:
+            await agent.prompt(JUDGE)
+    finally:
+        manager.unregister("odd-plugin")
+    assert len(fake.requests) == 1
+    assert any("reflection (odd) could not help" in n for n in caught.value.__notes__)
+
+
+async def test_a_failing_strategy_never_leaks_secrets_into_notes_or_logs(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    secret = "sk-ant-test-very-secret-0001"
+
+    class Leaky:
+        async def reflect(self, context: ReflectionContext) -> ReflectionResult:
+            raise RuntimeError(f"could not call with key {secret}")
+
+    class Plugin:
+        @hookimpl
+        def register_reflection_strategies(self) -> ReflectionStrategy:
+            return ReflectionStrategy("leaky", Leaky)
+
+    fake = FakeAnthropicAPI([json_reply(BAD)])
+    agent = Agent(
+        name="judge",
+        client=fake.client(api_key=secret),
+        reflection=ReflectionConfig(strategy="leaky"),
+    )
+    manager = groundswell.get_plugin_manager()
+    manager.register(Plugin(), name="leaky-plugin")
+    try:
+        with pytest.raises(ResponseValidationError) as caught:
+            await agent.prompt(JUDGE)
+    finally:
+        manager.unregister("leaky-plugin")
+    assert secret not in "".join(caught.value.__notes__)
+    assert secret not in caplog.text and "could not help" in caplog.text
+
+
+async def test_max_attempts_is_a_hard_cap_across_nested_levels() -> None:
+    calls = 0
+    cap = ReflectionConfig(strategy="feedback", max_attempts=3)
+
+    @workflow(name="inner", reflection=cap)
+    async def inner(ctx: WorkflowContext) -> None:
+        def fail() -> None:
+            nonlocal calls
+            calls += 1
+            raise ValueError("still broken")
+
+        await ctx.step("work", fail)
+
+    @workflow(name="outer", reflection=cap)
+    async def outer(ctx: WorkflowContext) -> None:
+        await ctx.step("run-inner", lambda: inner.run())
+
+    with pytest.raises(WorkflowError):
+        await outer.run()
+    assert calls == 3
+
+    fake = FakeAnthropicAPI([json_reply(BAD) for _ in range(3)])
+    agent = agent_for(fake, reflection=cap)
+
+    @workflow(reflection=cap)
+    async def wf(ctx: WorkflowContext) -> None:
+        await ctx.step("judge", lambda: agent.prompt(JUDGE))
+
+    with pytest.raises(WorkflowError):
+        await wf.run()
+    assert len(fake.requests) == 3
+
+
+async def test_a_corrected_answer_is_cached_for_the_original_request() -> None:
+    fake = FakeAnthropicAPI([json_reply(BAD), json_reply(GOOD)])
+    agent = agent_for(
+        fake, reflection=FEEDBACK, cache=groundswell.get_cache("lru"), name="cached-judge"
+    )
+    first = await agent.prompt(JUDGE)
+    second = await agent.run(JUDGE)
+    assert first == second.output == Verdict(**GOOD)
+    assert len(fake.requests) == 2  # the second call is a cache hit: no failing first attempt
+    assert second.node.metrics["cache"] == "hit"
+
+
+async def test_explicit_reflect_tree_shape() -> None:
+    fake = FakeAnthropicAPI([json_reply(GOOD), json_reply(GOOD)])
+    agent = agent_for(fake)
+
+    @workflow
+    async def wf(ctx: WorkflowContext) -> Verdict:
+        return await ctx.step("review", lambda: agent.reflect(JUDGE))
+
+    result = await wf.run()
+    (step,) = result.tree.find(type=NodeType.STEP)
+    (reflection,) = step.children
+    assert reflection.type is NodeType.REFLECTION
+    assert shape(reflection) == ["prompt:judge:completed", "prompt:judge:completed"]

@@ -79,11 +79,12 @@ def _describe(context: ReflectionContext) -> dict[str, Any]:
     prompt = context.prompt
     if prompt is not None:
         facts["request"] = _clip(prompt.render())
-        system = prompt.system
-        if system is None and context.agent is not None:
-            system = context.agent.config.get("system")
+        system = context.system  # what was sent: overrides > prompt > agent
         if isinstance(system, str):
             facts["system"] = _clip(system)
+        elif isinstance(system, list):
+            texts = [b.get("text", "") for b in system if isinstance(b, dict)]
+            facts["system"] = _clip("\n".join(texts))
         if prompt.response_format is not None:
             facts["required_output_schema"] = _clip(
                 json.dumps(prompt.response_format.model_json_schema())
