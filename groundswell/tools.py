@@ -112,7 +112,7 @@ class Tool:
 
     def _build_model(self, arg_docs: dict[str, str]) -> type[BaseModel]:
         try:
-            hints = get_type_hints(self.fn)
+            hints = get_type_hints(self.fn, include_extras=True)
         except Exception as exc:
             raise ToolError(f"tool {self.name!r}: cannot resolve its type hints: {exc}") from exc
         fields: dict[str, Any] = {}
