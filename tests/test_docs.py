@@ -45,3 +45,14 @@ def test_first_code_block_runs_and_prints_a_tree(doc: str, first_line: str) -> N
 def test_readme_agent_example_runs_offline() -> None:
     (line,) = run(python_block(ROOT / "README.md", 1))
     assert line.startswith("approve=") and "reason=" in line
+
+
+def test_introspection_page_documents_every_tool_and_parameter() -> None:
+    from groundswell_introspection import TOOL_NAMES, toolset
+
+    page = (Path(__file__).resolve().parent.parent / "docs" / "introspection.md").read_text()
+    for tool in toolset():
+        assert f"### `{tool.name}`" in page, tool.name
+        for parameter in tool.input_schema.get("properties", {}):
+            assert f'"{parameter}"' in page, (tool.name, parameter)
+    assert [t.name for t in toolset()] == list(TOOL_NAMES)

@@ -82,3 +82,44 @@ async def test_reflection_example_reflects_once_at_each_level() -> None:
     assert levels == ["workflow", "agent", "prompt"]
     assert result.state["retried_after"].startswith("The pricing service timed out")
     assert example.calls["pricing"] == 2
+
+
+def _shape(node: object) -> list[str]:
+    return [f"{c.type.value}:{c.name}:{c.status.value}" for c in node.children]  # type: ignore[attr-defined]
+
+
+async def test_agent_spawning_a_workflow_mounts_it_under_the_tool_call() -> None:
+    example = load("05_agent_spawns_workflow")
+    result = await example.sales_question.run("How much?")
+    assert result.output == "EMEA sold 300 over two quarters."
+    (prompt,) = result.tree.find(type="prompt", name="planner")
+    assert [c.name for c in prompt.children if c.type.value == "tool_call"] == [
+        "list_mount_points",
+        "request_spawn_workflow",
+    ]
+    (spawned,) = result.tree.find(type="workflow", name="report")
+    assert result.tree.get_node(spawned.parent_id).name == "request_spawn_workflow"
+    assert _shape(spawned) == ["step:collect:completed", "step:total:completed"]
+
+
+async def test_prompt_replacement_leaves_one_live_prompt() -> None:
+    example = load("06_dynamic_prompt_replacement")
+    result = await example.tagline.run("Groundswell")
+    assert len(result.output) <= example.LIMIT
+    (step,) = result.tree.find(type="step", name="write")
+    assert _shape(step) == [
+        "prompt:writer:revised",
+        "prompt:writer:revised",
+        "prompt:writer:completed",
+    ]
+
+
+async def test_introspection_example_reports_its_place() -> None:
+    example = load("10_introspection")
+    result = await example.release.run("1.4.0")
+    assert result.output.startswith("I run in step 'audit' at depth 3 (checks < verify < release)")
+    assert "tests=412 passed, lint=clean" in result.output
+    (prompt,) = result.tree.find(type="prompt", name="auditor")
+    assert [c.name for c in prompt.children if c.type.value == "tool_call"] == [
+        name for name, _ in example.LOOK
+    ]
