@@ -477,3 +477,19 @@ def test_workflow_input_schema_and_validation() -> None:
     assert sub_report.validate_input({"topic": "t"}) == {"topic": "t", "pages": 1}
     with pytest.raises(ConfigurationError, match="invalid input"):
         sub_report.validate_input({"topic": "t", "extra": 1})
+
+
+async def test_a_spawned_workflow_that_runs_too_long_is_cancelled() -> None:
+    @workflow(name="slow")
+    async def slow(ctx: WorkflowContext) -> str:
+        await asyncio.sleep(5)
+        return "late"
+
+    fake = FakeAnthropicAPI(
+        [tool_use("request_spawn_workflow", {"template": "slow", "timeout_s": 0.05}), text("ok")]
+    )
+    agent = Agent(name="a", tools=["introspection"], spawnable={"slow": slow}, client=fake.client())
+    result = await agent.run("go")
+    answer = json.loads(fake.requests[-1].tool_results()[-1]["content"])
+    assert answer["status"] == "cancelled" and "timed out after 0.05s" in answer["error"]
+    assert result.tree.get_node(answer["workflow_id"]).status is NodeStatus.CANCELLED
