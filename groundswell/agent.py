@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import dataclasses
 import os
-import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar, overload
@@ -23,6 +22,7 @@ from ._serialize import jsonable, register_secret
 from .cache import (
     Cache,
     ToolCachePolicy,
+    cache_entry,
     cached_tool_call,
     get_cache,
     request_cache_key,
@@ -667,9 +667,7 @@ class Agent:
                 cache,
                 key,
                 produce,
-                encode=lambda value: (
-                    value.model_dump(mode="json") if isinstance(value, BaseModel) else value
-                ),
+                encode=_encode_output,
                 decode=lambda value: fmt.model_validate(value) if fmt is not None else str(value),
                 tree=tree,
                 node=node,
@@ -960,15 +958,19 @@ class _Retry:
         return cls(note=feedback)
 
 
+def _encode_output(output: Any) -> Any:
+    """A prompt's output as cached: validated models as JSON-ready dicts."""
+    return output.model_dump(mode="json") if isinstance(output, BaseModel) else output
+
+
 async def _remember_corrected(cache: Cache, key: str, output: Any) -> None:
     """Cache a reflection-corrected answer under the first attempt's key too.
 
     Without this, every later call of the same prompt would fail its first
     attempt again before reaching the corrected answer.
     """
-    value = output.model_dump(mode="json") if isinstance(output, BaseModel) else output
     with contextlib.suppress(Exception):  # a cache outage never fails a prompt
-        await cache.set(key, {"value": value, "stored_at": time.time()})
+        await cache.set(key, cache_entry(_encode_output(output)))
 
 
 def _revised(

@@ -163,6 +163,11 @@ def get_cache(name: str | None = None) -> Cache:
 _inflight: dict[tuple[int, int, str], asyncio.Future[Any]] = {}
 
 
+def cache_entry(encoded: Any) -> dict[str, Any]:
+    """What :func:`through_cache` stores for an answer: the value and when it was stored."""
+    return {"value": encoded, "stored_at": time.time()}
+
+
 async def through_cache(
     cache: Cache,
     key: str,
@@ -220,7 +225,7 @@ async def through_cache(
         value = await produce()
         encoded = encode(value)
         try:
-            await cache.set(key, {"value": encoded, "stored_at": time.time()}, ttl)
+            await cache.set(key, cache_entry(encoded), ttl)
         except Exception as exc:
             tree.add_event(
                 node, "cache_error", key=key, operation="set", error=f"{type(exc).__name__}: {exc}"

@@ -237,6 +237,7 @@ class PromptTemplate:
     def input_schema(self) -> dict[str, Any]:
         """A JSON schema for the variables."""
         described = dict(self.variables or {})
+        names = sorted(self.placeholders())
         return {
             "type": "object",
             "properties": {
@@ -244,9 +245,9 @@ class PromptTemplate:
                     "type": ["string", "number", "boolean"],
                     **({"description": described[name]} if name in described else {}),
                 }
-                for name in sorted(self.placeholders())
+                for name in names
             },
-            "required": sorted(self.placeholders()),
+            "required": names,
             "additionalProperties": False,
         }
 

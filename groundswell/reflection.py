@@ -22,7 +22,7 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
@@ -317,8 +317,7 @@ def resolve_config(value: ReflectionConfig | bool | None, *, owner: str) -> Refl
 _DEFAULT_CONFIG = ReflectionConfig()
 
 
-def _strategy(name: str) -> tuple[str, Any]:
-    records = get_plugin_manager().reflection_strategies()
+def _strategy(name: str, records: Mapping[str, ReflectionStrategy]) -> Reflector:
     record = records.get(name)
     if record is None:
         raise ConfigurationError(
@@ -331,15 +330,17 @@ def _strategy(name: str) -> tuple[str, Any]:
             f"reflection strategy {name!r}: its factory returned {type(strategy).__name__}, "
             "which has no async reflect(context) method"
         )
-    return name, strategy
+    return strategy
 
 
-def choose_strategy(config: ReflectionConfig, level: Level, agent: Agent | None) -> str:
+def choose_strategy(
+    config: ReflectionConfig, agent: Agent | None, records: Mapping[str, ReflectionStrategy]
+) -> str:
     """The strategy name that will run: ``llm`` needs an agent, else it falls back to ``feedback``."""
     name = config.strategy
     if name == "llm" and agent is None:
         return "feedback"
-    if name == "llm" and "llm" not in get_plugin_manager().reflection_strategies():
+    if name == "llm" and "llm" not in records:
         # The bundled plugin is disabled (e.g. GROUNDSWELL_LOAD_PLUGINS): the
         # default must still work, so fall back and say so in the tree.
         return "feedback"
@@ -360,7 +361,8 @@ async def reflect_once(
     """
     tree = context.tree
     wanted = context.config.strategy
-    chosen = choose_strategy(context.config, context.level, context.agent)
+    records = get_plugin_manager().reflection_strategies()  # collected once per reflection
+    chosen = choose_strategy(context.config, context.agent, records)
     node = tree.start_node(
         NodeType.REFLECTION,
         name,
@@ -385,7 +387,7 @@ async def reflect_once(
             reason="the plugin providing it is not loaded",
         )
     try:
-        _, strategy = _strategy(chosen)
+        strategy = _strategy(chosen, records)
     except (ConfigurationError, PluginError) as exc:
         # A strategy name nobody registered is the caller's configuration to fix.
         tree.end_node(node, NodeStatus.FAILED, error=exc)

@@ -405,6 +405,15 @@ def _build(limits: Limits) -> list[Tool]:
         """
         frame = _where("inspect_hierarchy")
         tree, node = frame.tree, _anchor(frame)
+        # One walk gives the depths (for full_tree) and the run's metrics.
+        every = list(tree.walk())
+        depths: dict[str, int] = {}
+        tokens = Counter[str]()
+        for n in every:
+            depths[n.id] = depths[n.parent_id] + 1 if n.parent_id in depths else 0
+            usage = n.metrics.get("usage") if n.type is NodeType.MODEL_CALL else None
+            if isinstance(usage, dict):
+                tokens.update({k: v for k, v in usage.items() if isinstance(v, int)})
         rows: list[tuple[EventNode, int]]
         if depth_mode == "current_only":
             rows = [(node, 0), *((c, 1) for c in node.children)]
@@ -415,27 +424,11 @@ def _build(limits: Limits) -> list[Tool]:
             chain = list(reversed([node, *tree.get_ancestors(node.id)]))
             rows = [(n, i) for i, n in enumerate(chain)]
         else:
-            assert tree.root is not None
-            root_depth = {tree.root.id: 0}
-            rows = []
-            for n in tree.walk():
-                depth = root_depth.get(n.parent_id, -1) + 1 if n.parent_id else 0
-                root_depth[n.id] = depth
-                rows.append((n, depth))
-                if len(rows) > max_nodes:
-                    break
+            rows = [(n, depths[n.id]) for n in every]
         listed = [
             {**_summary(tree, n, limits), "depth": d, "current": n is node}
             for n, d in rows[:max_nodes]
         ]
-        every = list(tree.walk())
-        tokens = Counter[str]()
-        depths: dict[str, int] = {}
-        for n in every:
-            depths[n.id] = depths.get(n.parent_id or "", -1) + 1
-            usage = n.metrics.get("usage") if n.type is NodeType.MODEL_CALL else None
-            if isinstance(usage, dict):
-                tokens.update({k: v for k, v in usage.items() if isinstance(v, int)})
         return {
             "depth_mode": depth_mode,
             "current_node_id": node.id,
