@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.metadata as _metadata
 from typing import TYPE_CHECKING, Any
 
+from ._serialize import is_secret_key, redact, register_secret
 from .cache import Cache, ToolCachePolicy, get_cache, invalidate, tool_cache_stats
 from .context import Frame, current_agent, current_frame, current_node, current_tree, record_event
 from .errors import (
@@ -125,7 +126,10 @@ __all__ = [
     "hookimpl",
     "invalidate",
     "is_recoverable",
+    "is_secret_key",
     "record_event",
+    "redact",
+    "register_secret",
     "tool_cache_stats",
     "workflow",
 ]

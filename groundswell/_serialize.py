@@ -11,6 +11,7 @@ import dataclasses
 import datetime as dt
 import decimal
 import enum
+import re
 import threading
 import uuid
 from collections.abc import Mapping
@@ -19,6 +20,13 @@ from typing import Any
 from pydantic import BaseModel, SecretBytes, SecretStr
 
 REDACTED = "**********"
+# Keys whose values are credentials whatever they hold: redacted by :func:`redact`.
+# "token" alone is a credential; "input_tokens" or "max_tokens" are counts.
+SECRET_KEY = re.compile(
+    r"(api[_-]?key|secret|token(?!s|_count|izer)|password|passwd|authorization|credential"
+    r"|private[_-]?key|cookie|session[_-]?id)",
+    re.IGNORECASE,
+)
 MAX_STRING = 10_000
 MAX_ITEMS = 1_000
 MAX_DEPTH = 32
@@ -43,6 +51,31 @@ def scrub(text: str) -> str:
         if secret in text:
             text = text.replace(secret, REDACTED)
     return text
+
+
+def is_secret_key(name: str) -> bool:
+    """Whether a key or attribute name looks like it holds a credential (``api_key``, ``*token``)."""
+    return SECRET_KEY.search(name) is not None
+
+
+def redact(value: Any) -> Any:
+    """A JSON-safe copy of ``value`` with secrets removed, for anything leaving the process.
+
+    Registered secrets (API keys, ``env`` values, :func:`register_secret`) are
+    replaced inside every string, and the value under any secret-looking key
+    (``api_key``, ``password``, ``authorization``, ``*token*``...) is replaced
+    whole. Use it before sending tree data to spans, logs or stores.
+    """
+    return _redact_keys(jsonable(value))
+
+
+def _redact_keys(value: Any) -> Any:
+    # jsonable() already bounded depth and size, so this walk is bounded too.
+    if isinstance(value, dict):
+        return {k: REDACTED if SECRET_KEY.search(k) else _redact_keys(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redact_keys(v) for v in value]
+    return value
 
 
 def _truncate(text: str) -> str:

@@ -110,11 +110,16 @@ class _Tools:
     def __init__(self) -> None:
         self.handlers: dict[str, Tool | _MCPTool] = {}
         self.definitions: list[dict[str, Any]] = []
+        # Tool name -> the registered toolset it came from (e.g. "introspection"),
+        # recorded on tool nodes so sinks can treat a toolset's results specially.
+        self.toolsets: dict[str, str] = {}
 
-    def add(self, item: Any) -> None:
+    def add(self, item: Any, toolset: str | None = None) -> None:
         if isinstance(item, Tool | _MCPTool):
             definition = item.definition()
             self.handlers[item.name] = item
+            if toolset is not None:
+                self.toolsets[item.name] = toolset
         elif isinstance(item, Mapping):
             definition = dict(item)  # an Anthropic tool dict: passed through unchanged
         elif callable(item):
@@ -621,12 +626,14 @@ class Agent:
             tools = _Tools()
             for item in settings.get("tools") or []:
                 for resolved in _resolve_tool(item):
-                    tools.add(resolved)
+                    tools.add(resolved, item if isinstance(item, str) else None)
             if local_skills:
                 tools.add(skills_tool(local_skills))
             for mcp_tool in bridge.tools:
                 tools.add(mcp_tool)
 
+            if system:
+                node.payload["system"] = jsonable(system)
             messages: list[dict[str, Any]] = [{"role": "user", "content": user_text}]
             if retry is not None:
                 messages.extend(retry.messages)
@@ -693,6 +700,12 @@ class Agent:
             "tools": [t.get("name") for t in params.get("tools", [])],
             "stream": emit is not None,
         }
+        sampling = params.get("extra_body") or {}
+        for name in ("temperature", "top_p", "top_k"):
+            if isinstance(sampling.get(name), int | float):
+                request[name] = sampling[name]
+        if params.get("stop_sequences"):
+            request["stop_sequences"] = jsonable(list(params["stop_sequences"]))
         attempt = 0
         while True:
             attempt += 1
@@ -778,9 +791,10 @@ class Agent:
         name, call_id, tool_input = call["name"], call["id"], dict(call.get("input") or {})
         handler = tools.handlers.get(name)
         kind = NodeType.MCP_CALL if isinstance(handler, _MCPTool) else NodeType.TOOL_CALL
-        node = tree.start_node(
-            kind, name, parent, payload={"tool_use_id": call_id, "input": tool_input}
-        )
+        payload = {"tool_use_id": call_id, "input": tool_input}
+        if name in tools.toolsets:
+            payload["toolset"] = tools.toolsets[name]
+        node = tree.start_node(kind, name, parent, payload=payload)
         outer = _frame.get()
         token = _frame.set(Frame(tree, node, outer.workflow if outer else None, hooks, agent=self))
         if emit:

@@ -2,6 +2,7 @@
 
 Exit codes: 0 success; 1 the workflow run failed; 2 bad input (arguments,
 modules, files); 3 a plugin error under ``GROUNDSWELL_STRICT_PLUGINS=1``.
+``rich`` is imported here, never by the library itself.
 """
 
 from __future__ import annotations
@@ -10,16 +11,28 @@ import argparse
 import asyncio
 import importlib
 import json
+import queue
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+from rich.live import Live
+
+from ._render import rich_tree
 from ._serialize import jsonable
 from .errors import GroundswellError, PluginError, WorkflowError
-from .plugins import PluginManager
-from .tree import EventTree, NodeStatus
+from .events import Event
+from .hookspecs import EventSink, hookimpl
+from .plugins import PluginManager, flush_sinks, get_plugin_manager
+from .tree import EventTree, NodeStatus, Replayer
 from .workflow import Workflow, WorkflowResult
+
+# A live view redraws this often, and shows at most this many nodes (huge runs
+# would otherwise spend their time redrawing); the full tree prints at the end.
+LIVE_REFRESH_S = 0.25
+LIVE_MAX_NODES = 300
 
 __all__ = ["main"]
 
@@ -63,13 +76,29 @@ def _load_trees(path: str) -> list[EventTree]:
         raise CLIError(f"{path} is not a Groundswell trace: {exc}") from exc
 
 
+def _console() -> Console:
+    return Console(highlight=False)
+
+
+def _dump(record: dict[str, Any]) -> str:
+    return json.dumps(record, separators=(",", ":"))
+
+
 def _cmd_tree(args: argparse.Namespace) -> int:
     trees = _load_trees(args.file)
     if args.json:
         data = [t.to_json() for t in trees]
         print(json.dumps(data[0] if len(data) == 1 else data, indent=2))
+    elif args.jsonl:
+        for tree in trees:
+            for event in tree.events():
+                print(_dump(event.to_record()))
     else:
-        print("\n\n".join(t.render() for t in trees))
+        console = _console()
+        for i, tree in enumerate(trees):
+            if i:
+                console.print()
+            console.print(rich_tree(tree))
     return 0
 
 
@@ -92,17 +121,87 @@ def _resolve(target: str) -> Workflow[Any, Any]:
     return obj
 
 
+class _Tap:
+    """An in-process event sink that hands the CLI every event of its run."""
+
+    def __init__(self) -> None:
+        self.events: queue.SimpleQueue[Event] = queue.SimpleQueue()
+
+    def handle(self, event: Event) -> None:
+        self.events.put(event)
+
+    def close(self) -> None:
+        pass
+
+    def drain(self) -> list[dict[str, Any]]:
+        out = []
+        while True:
+            try:
+                out.append(self.events.get_nowait().to_record())
+            except queue.Empty:
+                return out
+
+
+class _TapPlugin:
+    def __init__(self, tap: _Tap) -> None:
+        self.tap = tap
+
+    @hookimpl
+    def register_event_sinks(self) -> EventSink:
+        return EventSink(name="cli-tap", factory=lambda: self.tap, description="groundswell run")
+
+
+async def _watch(
+    wf: Workflow[Any, Any], args: argparse.Namespace, tap: _Tap, live: Live | None
+) -> WorkflowResult[Any]:
+    task = asyncio.ensure_future(wf.run(*args.args))
+    replayer = Replayer()
+
+    def pump() -> None:
+        for record in tap.drain():
+            if args.jsonl:
+                print(_dump(record), flush=True)
+            if live is not None:
+                replayer.apply(record)
+        if live is not None and replayer.trees:
+            live.update(rich_tree(replayer.trees[0], max_nodes=LIVE_MAX_NODES))
+
+    try:
+        while not task.done():
+            await asyncio.wait([task], timeout=LIVE_REFRESH_S)
+            pump()
+        return await task
+    finally:
+        # Whatever happened, show every event of the run before leaving.
+        await asyncio.to_thread(flush_sinks)
+        pump()
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     wf = _resolve(args.target)
+    console = _console()
+    want_live = args.live if args.live is not None else console.is_interactive
+    want_live = want_live and not (args.json or args.jsonl)
+    tap = _Tap()
+    manager = get_plugin_manager()
+    plugin_name = manager.register(_TapPlugin(tap), name="groundswell-cli-tap")
     result: WorkflowResult[Any] | None
     try:
-        result = asyncio.run(wf.run(*args.args))
-    except WorkflowError as exc:
-        result = exc.result
-        if result is None:
-            raise
-        if not args.json:
-            print(f"error: {exc}", file=sys.stderr)
+        try:
+            if want_live:
+                # transient: the final, complete tree replaces the (capped) live frames.
+                with Live(console=console, refresh_per_second=8, transient=True) as live:
+                    result = asyncio.run(_watch(wf, args, tap, live))
+            else:
+                result = asyncio.run(_watch(wf, args, tap, None))
+        except WorkflowError as exc:
+            result = exc.result
+            if result is None:
+                raise
+            if not (args.json or args.jsonl):
+                print(f"error: {exc}", file=sys.stderr)
+    finally:
+        manager.unregister(plugin_name)
     if args.save:
         result.tree.save(args.save)
     if args.json:
@@ -116,10 +215,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 indent=2,
             )
         )
-    else:
-        print(result.tree.render())
+    elif not args.jsonl:
+        console.print(rich_tree(result.tree))
         if result.status is NodeStatus.COMPLETED:
-            print(f"\noutput: {result.output!r}")
+            console.print(f"\noutput: {result.output!r}", markup=False)
     return 0 if result.status is NodeStatus.COMPLETED else 1
 
 
@@ -137,13 +236,25 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="run a workflow: groundswell run module:workflow [ARGS...]")
     p.add_argument("target", help="module:workflow, e.g. myapp.flows:review")
     p.add_argument("args", nargs="*", help="positional arguments passed to the workflow (strings)")
-    p.add_argument("--json", action="store_true", help='print {"status", "output", "tree"}')
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help='print {"status", "output", "tree"}')
+    out.add_argument(
+        "--jsonl", action="store_true", help="stream the run's events as JSON lines, live"
+    )
     p.add_argument("--save", metavar="FILE", help="save the run's JSONL event log to FILE")
+    p.add_argument(
+        "--live",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="redraw the tree while the run goes (default: on when stdout is a terminal)",
+    )
     p.set_defaults(func=_cmd_run)
 
     p = sub.add_parser("tree", help="render a saved trace (.jsonl event log or .json tree)")
     p.add_argument("file")
-    p.add_argument("--json", action="store_true", help="print the tree as JSON")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="print the tree as JSON")
+    out.add_argument("--jsonl", action="store_true", help="print the tree as a JSONL event log")
     p.set_defaults(func=_cmd_tree)
     return parser
 

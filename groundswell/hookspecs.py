@@ -58,7 +58,12 @@ class ReflectionStrategy(_Record):
 
 @dataclass(frozen=True, slots=True)
 class EventSink(_Record):
-    """An event sink: ``factory()`` returns an object with ``handle(event)`` and ``close()``."""
+    """An event sink: ``factory()`` returns an object with ``handle(event)`` and ``close()``.
+
+    The factory may return ``None`` when the sink has nothing to do in this
+    process (say, no exporter is configured); it then costs runs nothing, and
+    :meth:`~groundswell.PluginManager.refresh_sinks` asks it again later.
+    """
 
 
 @dataclass(frozen=True, slots=True)

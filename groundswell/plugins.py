@@ -308,6 +308,10 @@ class PluginManager:
                 continue
             try:
                 sink = record.factory()
+                if sink is None:
+                    # Nothing to do in this process (e.g. no exporter configured);
+                    # refresh_sinks() asks again after the configuration changed.
+                    continue
                 if not callable(getattr(sink, "handle", None)):
                     raise TypeError("its factory returned an object without handle(event)")
             except Exception as exc:
@@ -315,6 +319,21 @@ class PluginManager:
                 self._report(info, f"event sink {name!r} failed to start: {exc}", exc)
                 continue
             hub.add(name, sink)
+
+    def refresh_sinks(self, *names: str, timeout: float = 5.0) -> None:
+        """Restart the named sinks (all when none are named): their factories run again.
+
+        For plugins whose configuration changed after the first run, e.g.
+        ``groundswell_otel.instrument()``: the old sink is flushed and closed,
+        and the next run calls the factory again (which may now return a sink
+        where it returned ``None`` before).
+        """
+        hub = self._hub
+        if hub is not None:
+            for name in names or tuple(hub.names()):
+                if name in hub.names():
+                    hub.remove(name, timeout)
+        self._sinks_stale = True
 
     def close(self, timeout: float = 5.0) -> None:
         """Flush and close every event sink."""

@@ -20,7 +20,7 @@ from typing import Any
 from ._serialize import error_record, jsonable, scrub
 from .events import Event
 
-__all__ = ["EventNode", "EventTree", "NodeStatus", "NodeType"]
+__all__ = ["EventNode", "EventTree", "NodeStatus", "NodeType", "Replayer"]
 
 FORMAT_VERSION = 1
 
@@ -444,46 +444,10 @@ class EventTree:
     @classmethod
     def replay_all(cls, records: Iterable[dict[str, Any]]) -> list[EventTree]:
         """Rebuild every run's tree from interleaved event records, in start order."""
-        trees: list[EventTree] = []
-        owner: dict[str, EventTree] = {}
-        for n, record in enumerate(records, 1):
-            if not isinstance(record, dict) or not isinstance(record.get("data"), dict):
-                raise ValueError(f"event {n}: expected an object with 'kind' and a 'data' object")
-            kind, data = record.get("kind"), record["data"]
-            if kind == "node_start":
-                node = _node_from_record(data)
-                parent_id = data.get("parent_id")
-                if parent_id:
-                    tree = owner.get(parent_id)
-                    if tree is None:
-                        raise ValueError(
-                            f"event {n}: node {node.name!r} names parent {parent_id!r}, which "
-                            "is not in the log (was the start of the log cut off?)"
-                        )
-                    tree._attach(node, tree._nodes[parent_id])
-                else:
-                    tree = cls()
-                    tree._attach(node, None)
-                    trees.append(tree)
-                owner[node.id] = tree
-            elif kind in ("node_end", "node_event"):
-                tree = owner.get(data.get("id", ""))
-                if tree is None:
-                    raise ValueError(f"event {n}: {kind} for unknown node {data.get('id')!r}")
-                node = tree._nodes[data["id"]]
-                if kind == "node_event":
-                    node.events.append(data["event"])
-                else:
-                    node.status = NodeStatus(data["status"])
-                    node.ended_at = data.get("ended_at")
-                    node.metrics = dict(data.get("metrics") or {})
-                    node.payload = dict(data.get("payload") or {})
-                    node.error = data.get("error")
-            else:
-                raise ValueError(
-                    f"event {n}: unknown kind {kind!r} (expected node_start, node_end or node_event)"
-                )
-        return trees
+        replayer = Replayer()
+        for record in records:
+            replayer.apply(record)
+        return replayer.trees
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, EventTree):
@@ -495,7 +459,11 @@ class EventTree:
     # -- display -----------------------------------------------------------------
 
     def render(self, *, start: str | None = None) -> str:
-        """The tree as indented text: type, name, status, duration, and key metrics."""
+        """The tree as indented text: status mark, type, name, duration, attempts, tokens, cache.
+
+        Plain text for logs and tests; :meth:`print` (or ``rich.print(tree)``)
+        draws the same lines in colour.
+        """
         if self.root is None and start is None:
             return "(empty tree)"
         first = self.get_node(start) if start else self.root
@@ -516,6 +484,18 @@ class EventTree:
                     )
                 )
         return "\n".join(lines)
+
+    def __rich__(self) -> Any:
+        """A coloured ``rich`` tree: ``rich.print(result.tree)``."""
+        from ._render import rich_tree  # rich loads only when a tree is drawn
+
+        return rich_tree(self)
+
+    def print(self, *, file: Any = None) -> None:
+        """Draw the tree on the terminal (colours when it is one; plain text when piped)."""
+        from ._render import print_tree
+
+        print_tree(self, file=file)
 
     def __gs_jsonable__(self) -> dict[str, Any]:
         return {
@@ -539,24 +519,112 @@ _MARKS = {
 }
 
 
-def _label(node: EventNode) -> str:
-    parts = [f"{_MARKS[node.status]} {node.type.value} {node.name}"]
+_STATUS_STYLE = {
+    NodeStatus.COMPLETED: "green",
+    NodeStatus.FAILED: "bold red",
+    NodeStatus.CANCELLED: "yellow",
+    NodeStatus.REVISED: "magenta",
+    NodeStatus.RUNNING: "cyan",
+    NodeStatus.PENDING: "dim",
+}
+
+
+def label_parts(node: EventNode) -> list[tuple[str, str]]:
+    """A node's one-line label as ``(text, style)`` pieces (style names are rich's)."""
+    status = node.status
+    parts = [
+        (_MARKS[status], _STATUS_STYLE[status]),
+        (node.type.value, "dim"),
+        (node.name, "bold"),
+    ]
     duration = node.metrics.get("duration")
     if duration is not None:
-        parts.append(f"{duration * 1000:.1f}ms")
-    if node.status is not NodeStatus.COMPLETED:
-        parts.append(node.status.value)
+        parts.append((f"{duration * 1000:.1f}ms", "blue"))
+    if status is not NodeStatus.COMPLETED:
+        parts.append((status.value, _STATUS_STYLE[status]))
     attempt = node.metrics.get("attempt")
     if isinstance(attempt, int) and node.type in (NodeType.STEP, NodeType.PROMPT):
-        parts.append(f"attempt {attempt}")
+        parts.append((f"attempt {attempt}", "yellow" if attempt > 1 else "dim"))
     usage = node.metrics.get("usage")
     if isinstance(usage, dict) and usage:
-        parts.append(f"{usage.get('input_tokens', 0)}→{usage.get('output_tokens', 0)} tok")
+        tokens = f"{usage.get('input_tokens', 0)}→{usage.get('output_tokens', 0)} tok"
+        cached = usage.get("cache_read_input_tokens")
+        if cached:
+            tokens += f" ({cached} cached)"
+        parts.append((tokens, "cyan"))
     if "cache" in node.metrics:
-        parts.append(f"cache {node.metrics['cache']}")
+        hit = node.metrics["cache"] == "hit"
+        parts.append(("⚡ cache hit" if hit else "cache miss", "bold magenta" if hit else "dim"))
     if node.error:
-        parts.append(f"{node.error['type']}: {scrub(str(node.error['message']))[:80]}")
-    return "  ".join(parts)
+        message = scrub(str(node.error["message"]))[:80]
+        parts.append((f"{node.error['type']}: {message}", "red"))
+    return parts
+
+
+def label_separator(index: int) -> str:
+    """What goes before piece ``index`` of a label: mark, type and name read as one phrase."""
+    return " " if index < 3 else "  "
+
+
+def _label(node: EventNode) -> str:
+    return "".join(
+        (label_separator(i) if i else "") + text for i, (text, _) in enumerate(label_parts(node))
+    )
+
+
+class Replayer:
+    """Builds trees from event records one at a time (a live view, a log being read).
+
+    ``apply(record)`` takes one ``{"kind", "data"}`` record (an :class:`Event`'s
+    :meth:`~Event.to_record`); ``trees`` holds one tree per run, in start order.
+    """
+
+    def __init__(self) -> None:
+        self.trees: list[EventTree] = []
+        self._owner: dict[str, EventTree] = {}
+        self._count = 0
+
+    def apply(self, record: dict[str, Any]) -> EventTree:
+        """Apply one record; returns the tree it changed. ``ValueError`` if it does not fit."""
+        self._count += 1
+        n = self._count
+        if not isinstance(record, dict) or not isinstance(record.get("data"), dict):
+            raise ValueError(f"event {n}: expected an object with 'kind' and a 'data' object")
+        kind, data = record.get("kind"), record["data"]
+        if kind == "node_start":
+            node = _node_from_record(data)
+            parent_id = data.get("parent_id")
+            if parent_id:
+                tree = self._owner.get(parent_id)
+                if tree is None:
+                    raise ValueError(
+                        f"event {n}: node {node.name!r} names parent {parent_id!r}, which "
+                        "is not in the log (was the start of the log cut off?)"
+                    )
+                tree._attach(node, tree._nodes[parent_id])
+            else:
+                tree = EventTree()
+                tree._attach(node, None)
+                self.trees.append(tree)
+            self._owner[node.id] = tree
+            return tree
+        if kind in ("node_end", "node_event"):
+            tree = self._owner.get(data.get("id", ""))
+            if tree is None:
+                raise ValueError(f"event {n}: {kind} for unknown node {data.get('id')!r}")
+            node = tree._nodes[data["id"]]
+            if kind == "node_event":
+                node.events.append(data["event"])
+            else:
+                node.status = NodeStatus(data["status"])
+                node.ended_at = data.get("ended_at")
+                node.metrics = dict(data.get("metrics") or {})
+                node.payload = dict(data.get("payload") or {})
+                node.error = data.get("error")
+            return tree
+        raise ValueError(
+            f"event {n}: unknown kind {kind!r} (expected node_start, node_end or node_event)"
+        )
 
 
 def _start_record(node: EventNode) -> dict[str, Any]:

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from groundswell import EventTree
 
 FLOWS = """
 import groundswell
@@ -21,17 +24,26 @@ async def greet(ctx, who):
 async def crash(ctx):
     await ctx.step("boom", lambda: 1 / 0)
 
+@groundswell.workflow(name="slow")
+async def slow(ctx):
+    import asyncio
+    await ctx.step("first", lambda: 1)
+    await ctx.step("nap", asyncio.sleep(1.0))
+    return 2
+
 not_a_workflow = 3
 """
 
 
-def gs(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def gs(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "groundswell.cli", *args],
         capture_output=True,
         text=True,
         cwd=cwd,
-        env={**os.environ, "PYTHONPATH": str(cwd or "")},
+        env={**os.environ, "PYTHONPATH": str(cwd or ""), **(env or {})},
         timeout=60,
     )
 
@@ -101,3 +113,40 @@ def test_tree_rejects_a_file_that_is_not_a_trace(project: Path) -> None:
     (project / "junk.jsonl").write_text('{"kind": "nope", "data": {}}\n')
     out = gs("tree", "junk.jsonl", cwd=project)
     assert out.returncode == 2 and "not a Groundswell trace" in out.stderr
+
+
+def test_run_jsonl_streams_events_that_rebuild_the_tree(project: Path) -> None:
+    out = gs("run", "flows:greet", "cy", "--jsonl", cwd=project)
+    assert out.returncode == 0, out.stderr
+    records = [json.loads(line) for line in out.stdout.splitlines()]
+    assert {r["kind"] for r in records} == {"node_start", "node_end"}
+    tree = EventTree.replay(records)
+    assert [n.name for n in tree.walk()] == ["greet", "hello"]
+    assert tree.root is not None and tree.root.payload["output"] == "hello cy"
+    failed = gs("run", "flows:crash", "--jsonl", cwd=project)
+    assert (
+        failed.returncode == 1
+        and EventTree.replay(json.loads(line) for line in failed.stdout.splitlines())
+        .find(name="boom")[0]
+        .status
+        == "failed"
+    )
+
+
+def test_live_view_redraws_the_tree_while_the_run_goes(project: Path) -> None:
+    # What a terminal would receive: frames showing the step still running, then the end.
+    terminal = {"TTY_COMPATIBLE": "1", "TTY_INTERACTIVE": "1", "COLUMNS": "100"}
+    out = gs("run", "flows:slow", cwd=project, env=terminal)
+    assert out.returncode == 0, out.stderr
+    plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.stdout)
+    assert "… step nap  running" in plain
+    assert "✓ step nap" in plain and "output: 2" in plain
+    quiet = gs("run", "flows:slow", "--no-live", cwd=project, env=terminal)
+    assert "running" not in re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", quiet.stdout)
+
+
+def test_tree_prints_a_saved_trace_as_a_jsonl_event_log(project: Path) -> None:
+    assert gs("run", "flows:greet", "di", "--save", "t.jsonl", cwd=project).returncode == 0
+    out = gs("tree", "t.jsonl", "--jsonl", cwd=project)
+    assert out.returncode == 0
+    assert out.stdout == (project / "t.jsonl").read_text()

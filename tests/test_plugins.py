@@ -181,11 +181,11 @@ def test_records_validate_their_fields() -> None:
 @pytest.mark.parametrize(
     ("load", "disable", "expected"),
     [
-        (None, None, {"lru", "redis", "reflection", "introspection", "good"}),
+        (None, None, {"lru", "redis", "reflection", "introspection", "otel", "jsonl", "good"}),
         ("", None, set()),
         ("good", None, {"good"}),
         ("good,lru", "lru", {"good"}),
-        (None, "lru, good, redis, reflection, introspection", set()),
+        (None, "lru, good, redis, reflection, introspection, otel, jsonl", set()),
     ],
 )
 def test_env_allow_and_deny_lists(

@@ -69,12 +69,13 @@ def test_running_a_workflow_with_plugins_off_imports_no_plugin() -> None:
 
 
 def test_kernel_imports_only_its_allowed_dependencies() -> None:
-    # httpx2 is anthropic's own transport; pytest only in the pytest plugin module.
+    # httpx2 is anthropic's own transport; pytest only in the pytest plugin module;
+    # rich only where trees are drawn for people (the CLI and the renderer).
     allowed = {"anthropic", "httpx2", "pydantic", "pluggy", "mcp", "groundswell"}
     third_party = set()
     stdlib = set(sys.stdlib_module_names)
     for path in KERNEL.rglob("*.py"):
-        if path.name == "pytest_plugin.py":
+        if path.name in ("pytest_plugin.py", "cli.py", "_render.py"):
             continue
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.Import):
@@ -82,6 +83,19 @@ def test_kernel_imports_only_its_allowed_dependencies() -> None:
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
                 third_party.add(node.module.split(".")[0])
     assert third_party - stdlib - allowed - {"__future__"} == set()
+
+
+def test_running_a_workflow_never_imports_rich() -> None:
+    code = (
+        "import asyncio, sys, groundswell\n"
+        "@groundswell.workflow\n"
+        "async def w(ctx):\n"
+        "    return await ctx.step('s', lambda: 1)\n"
+        "r = asyncio.run(w.run()); r.tree.render()\n"
+        "print('rich' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
 
 
 def test_importing_groundswell_does_not_import_the_anthropic_sdk() -> None:

@@ -21,9 +21,8 @@ from __future__ import annotations
 import asyncio
 import fnmatch
 import json
-import re
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -46,6 +45,7 @@ from groundswell import (
     current_frame,
     get_cache,
     hookimpl,
+    redact,
     tool_cache_stats,
 )
 
@@ -71,11 +71,6 @@ TOOL_NAMES = (
     "list_mount_points",
     "request_spawn_workflow",
     "generate_dynamic_prompt",
-)
-
-REDACTED = "**********"
-_SECRET_KEY = re.compile(
-    r"(api[_-]?key|secret|token|password|passwd|authorization|credential|private[_-]?key)", re.I
 )
 
 
@@ -139,24 +134,9 @@ def _anchor(frame: Frame) -> EventNode:
     return tree.root
 
 
-def _redact(value: Any, depth: int = 0) -> Any:
-    if depth > 20:
-        return "…[too deep]"
-    if isinstance(value, Mapping):
-        return {
-            str(k): REDACTED if _SECRET_KEY.search(str(k)) else _redact(v, depth + 1)
-            for k, v in value.items()
-        }
-    if isinstance(value, list | tuple):
-        return [_redact(v, depth + 1) for v in value]
-    if value is None or isinstance(value, str | int | float | bool):
-        return value
-    return str(value)
-
-
 def _clip(value: Any, limit: int) -> Any:
     """``value`` redacted, or a truncated JSON preview of it when it is too long."""
-    value = _redact(value)
+    value = redact(value)
     text = value if isinstance(value, str) else json.dumps(value, default=str)
     if len(text) <= limit:
         return value

@@ -1,0 +1,473 @@
+"""The event sink that turns a run's event tree into OpenTelemetry spans as it happens."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import NonRecordingSpan, Span, SpanKind, Status, StatusCode
+
+import groundswell
+from groundswell import Event
+
+from . import attributes as A
+
+logger = logging.getLogger("groundswell.otel")
+
+# Finished runs whose span contexts are kept, so late children (background work
+# that outlives its run) still join the right trace.
+KEEP_FINISHED_RUNS = 64
+CONTENT_LIMIT = 8_000
+CLOSE_FLUSH_MS = 3_000
+
+
+@dataclass
+class _Node:
+    type: str
+    name: str
+    parent_id: str | None
+    context: trace.SpanContext
+    payload: dict[str, Any]
+    span: Span | None  # None once ended
+
+
+@dataclass
+class _Run:
+    nodes: dict[str, _Node] = field(default_factory=dict)
+    finished: bool = False
+
+
+@dataclass(frozen=True)
+class Capture:
+    """What content goes on spans: ``content`` (prompts, completions, tool I/O),
+    ``events`` (content also as a span event), ``introspection`` (results of
+    the introspection toolset, which describe the whole run)."""
+
+    content: bool = False
+    events: bool = False
+    introspection: bool = False
+
+
+_CONTENT_KEYS = (
+    A.GEN_AI_SYSTEM_INSTRUCTIONS,
+    A.GEN_AI_INPUT_MESSAGES,
+    A.GEN_AI_OUTPUT_MESSAGES,
+    A.GEN_AI_TOOL_CALL_ARGUMENTS,
+    A.GEN_AI_TOOL_CALL_RESULT,
+)
+
+
+def _ns(seconds: float | None) -> int | None:
+    return None if seconds is None else int(seconds * 1e9)
+
+
+def _json(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    if len(text) > CONTENT_LIMIT:
+        text = f"{text[:CONTENT_LIMIT]}…[truncated {len(text) - CONTENT_LIMIT} chars]"
+    return text
+
+
+def _scalar_attributes(data: dict[str, Any]) -> dict[str, Any]:
+    # Event data as span-event attributes: plain scalars only, secrets already redacted.
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if key in ("type", "timestamp"):
+            continue
+        if isinstance(value, bool | int | float) or (isinstance(value, str) and len(value) <= 200):
+            out[f"groundswell.{key}"] = value
+    return out
+
+
+def _usage_attributes(usage: Any) -> dict[str, int]:
+    if not isinstance(usage, dict) or not usage:
+        return {}
+    read = int(usage.get("cache_read_input_tokens") or 0)
+    created = int(usage.get("cache_creation_input_tokens") or 0)
+    out = {
+        # Anthropic's input_tokens excludes cache reads and writes; the convention includes them.
+        A.GEN_AI_USAGE_INPUT_TOKENS: int(usage.get("input_tokens") or 0) + read + created,
+        A.GEN_AI_USAGE_OUTPUT_TOKENS: int(usage.get("output_tokens") or 0),
+    }
+    if read:
+        out[A.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS] = read
+    if created:
+        out[A.GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS] = created
+    return out
+
+
+def _messages(role: str, *parts: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{"role": role, "parts": [p for p in parts if p]}]
+
+
+class OTelSink:
+    """Receives every tree event (on its own thread) and mirrors the tree as spans.
+
+    One trace per run; a span starts when its node starts and ends when it
+    ends, with the node's own timestamps, so a viewer shows work in progress.
+    """
+
+    def __init__(
+        self,
+        provider: trace.TracerProvider,
+        *,
+        capture: Capture = Capture(),
+        owned: bool = False,
+    ) -> None:
+        self.provider = provider
+        self.capture = capture
+        self._owned = owned
+        self._tracer = provider.get_tracer("groundswell", groundswell.__version__)
+        self._runs: OrderedDict[str, _Run] = OrderedDict()
+        self._closed = False
+
+    # -- event dispatch -----------------------------------------------------------
+
+    def handle(self, event: Event) -> None:
+        if self._closed:
+            return
+        data = event.data
+        if event.kind == "node_start":
+            self._start(event.run_id, data)
+        elif event.kind == "node_end":
+            self._end(event.run_id, data)
+        else:
+            self._event(event.run_id, data["id"], data["event"])
+
+    def _run(self, run_id: str) -> _Run:
+        run = self._runs.get(run_id)
+        if run is None:
+            run = self._runs[run_id] = _Run()
+        return run
+
+    def _find(self, node_id: str | None) -> _Node | None:
+        if node_id is None:
+            return None
+        for run in reversed(self._runs.values()):
+            node = run.nodes.get(node_id)
+            if node is not None:
+                return node
+        return None
+
+    def _start(self, run_id: str, data: dict[str, Any]) -> None:
+        node_type, name, payload = data["type"], data["name"], data.get("payload") or {}
+        parent_id = data.get("parent_id")
+        parent = self._find(parent_id)
+        # The root of a run starts a new trace, whatever span is current in this thread.
+        ctx = (
+            trace.set_span_in_context(parent.span or NonRecordingSpan(parent.context))
+            if parent is not None
+            else otel_context.Context()
+        )
+        span_name, kind, attrs = self._describe(node_type, name, payload)
+        attrs[A.NODE_ID] = data["id"]
+        attrs[A.NODE_TYPE] = node_type
+        attrs[A.RUN_ID] = run_id
+        span = self._tracer.start_span(
+            span_name,
+            context=ctx,
+            kind=kind,
+            attributes=attrs,
+            start_time=_ns(data.get("timestamp")),
+        )
+        self._content_event(span, attrs, data.get("timestamp"))
+        self._run(run_id).nodes[data["id"]] = _Node(
+            node_type, name, parent_id, span.get_span_context(), payload, span
+        )
+
+    def _describe(
+        self, node_type: str, name: str, payload: dict[str, Any]
+    ) -> tuple[str, SpanKind, dict[str, Any]]:
+        internal = SpanKind.INTERNAL
+        content = self.capture.content
+        if node_type == "workflow":
+            attrs: dict[str, Any] = {
+                A.GEN_AI_OPERATION_NAME: A.OP_INVOKE_WORKFLOW,
+                A.GEN_AI_WORKFLOW_NAME: name,
+                A.OPENINFERENCE_SPAN_KIND: A.KIND_CHAIN,
+            }
+            if content and "input" in payload:
+                attrs[A.INPUT_VALUE] = _json(groundswell.redact(payload["input"]))
+            return f"{A.OP_INVOKE_WORKFLOW} {name}", internal, attrs
+        if node_type == "step":
+            return f"step {name}", internal, {A.OPENINFERENCE_SPAN_KIND: A.KIND_CHAIN}
+        if node_type == "prompt":
+            agent = str(payload.get("agent") or name)
+            attrs = {
+                A.GEN_AI_OPERATION_NAME: A.OP_INVOKE_AGENT,
+                A.GEN_AI_PROVIDER_NAME: A.PROVIDER_ANTHROPIC,
+                A.GEN_AI_AGENT_NAME: agent,
+                A.OPENINFERENCE_SPAN_KIND: A.KIND_AGENT,
+                A.GEN_AI_OUTPUT_TYPE: "json" if payload.get("response_format") else "text",
+            }
+            if payload.get("model"):
+                attrs[A.GEN_AI_REQUEST_MODEL] = str(payload["model"])
+            if content:
+                attrs.update(self._prompt_content(payload))
+            return f"{A.OP_INVOKE_AGENT} {agent}", internal, attrs
+        if node_type == "model_call":
+            request = payload.get("request") or {}
+            attrs = {
+                A.GEN_AI_OPERATION_NAME: A.OP_CHAT,
+                A.GEN_AI_PROVIDER_NAME: A.PROVIDER_ANTHROPIC,
+                A.GEN_AI_REQUEST_MODEL: name,
+                A.OPENINFERENCE_SPAN_KIND: A.KIND_LLM,
+            }
+            for key, attr in (
+                ("max_tokens", A.GEN_AI_REQUEST_MAX_TOKENS),
+                ("temperature", A.GEN_AI_REQUEST_TEMPERATURE),
+                ("top_p", A.GEN_AI_REQUEST_TOP_P),
+                ("top_k", A.GEN_AI_REQUEST_TOP_K),
+            ):
+                if isinstance(request.get(key), int | float):
+                    attrs[attr] = request[key]
+            if request.get("stop_sequences"):
+                attrs[A.GEN_AI_REQUEST_STOP_SEQUENCES] = [str(s) for s in request["stop_sequences"]]
+            return f"{A.OP_CHAT} {name}", SpanKind.CLIENT, attrs
+        if node_type in ("tool_call", "mcp_call"):
+            attrs = {
+                A.GEN_AI_OPERATION_NAME: A.OP_EXECUTE_TOOL,
+                A.GEN_AI_TOOL_NAME: name,
+                A.GEN_AI_TOOL_TYPE: (
+                    A.TOOL_TYPE_EXTENSION if node_type == "mcp_call" else A.TOOL_TYPE_FUNCTION
+                ),
+                A.OPENINFERENCE_SPAN_KIND: A.KIND_TOOL,
+            }
+            if payload.get("tool_use_id"):
+                attrs[A.GEN_AI_TOOL_CALL_ID] = str(payload["tool_use_id"])
+            if payload.get("toolset"):
+                attrs[A.TOOLSET] = str(payload["toolset"])
+            if content and "input" in payload:
+                attrs[A.GEN_AI_TOOL_CALL_ARGUMENTS] = _json(groundswell.redact(payload["input"]))
+            return f"{A.OP_EXECUTE_TOOL} {name}", internal, attrs
+        if node_type == "reflection":
+            attrs = {A.OPENINFERENCE_SPAN_KIND: A.KIND_CHAIN}
+            for key, attr in (
+                ("level", A.REFLECTION_LEVEL),
+                ("strategy", A.REFLECTION_STRATEGY),
+                ("failed_node_id", A.REFLECTION_FAILED_NODE),
+            ):
+                if isinstance(payload.get(key), str):
+                    attrs[attr] = payload[key]
+            if isinstance(payload.get("attempt"), int):
+                attrs[A.ATTEMPT] = payload["attempt"]
+            return f"reflection {name}", internal, attrs
+        return f"{node_type} {name}", internal, {A.OPENINFERENCE_SPAN_KIND: A.KIND_CHAIN}
+
+    def _content_event(self, span: Span, attrs: dict[str, Any], when: float | None) -> None:
+        # SPAN_AND_EVENT: the content attributes are repeated as a span event, for
+        # backends that index events rather than attributes.
+        if self.capture.events:
+            content = {k: attrs[k] for k in _CONTENT_KEYS if k in attrs}
+            if content:
+                span.add_event(A.GEN_AI_CONTENT_EVENT, content, _ns(when))
+
+    @staticmethod
+    def _system(payload: dict[str, Any]) -> dict[str, Any]:
+        # The agent settles its system prompt (skills included) after the node
+        # starts, so it arrives with the end of the node.
+        if not payload.get("system"):
+            return {}
+        system = groundswell.redact(payload["system"])
+        parts = (
+            [{"type": "text", "content": system}]
+            if isinstance(system, str)
+            else [{"type": "text", "content": b.get("text", "")} for b in system]
+        )
+        return {A.GEN_AI_SYSTEM_INSTRUCTIONS: _json(parts)}
+
+    def _prompt_content(self, payload: dict[str, Any]) -> dict[str, Any]:
+        attrs: dict[str, Any] = {}
+        user = groundswell.redact(payload.get("user") or "")
+        data = payload.get("data")
+        extra = {"type": "text", "content": _json(groundswell.redact(data))} if data else {}
+        attrs[A.GEN_AI_INPUT_MESSAGES] = _json(
+            _messages("user", {"type": "text", "content": user}, extra)
+        )
+        attrs[A.INPUT_VALUE] = user
+        return attrs
+
+    def _end(self, run_id: str, data: dict[str, Any]) -> None:
+        run = self._run(run_id)
+        node = run.nodes.get(data["id"]) or self._find(data["id"])
+        if node is None:
+            return  # started before this sink did: nothing to end
+        status = data["status"]
+        if node.span is None:
+            # A finished node changed status later (a prompt marked "revised"):
+            # its span is gone, so say it on the nearest span still open.
+            self._note_on_open_ancestor(
+                node.parent_id,
+                "groundswell.status_changed",
+                {A.EVENT_NODE_ID: data["id"], A.NODE_STATUS: status},
+                data.get("ended_at"),
+            )
+            return
+        span, node.span = node.span, None
+        metrics = data.get("metrics") or {}
+        payload = data.get("payload") or {}
+        attrs: dict[str, Any] = {A.NODE_STATUS: status}
+        if isinstance(metrics.get("attempt"), int):
+            attrs[A.ATTEMPT] = metrics["attempt"]
+        if node.type in ("prompt", "model_call"):
+            attrs.update(_usage_attributes(metrics.get("usage")))
+        if node.type == "prompt":
+            if "cache" in metrics:
+                attrs[A.CACHE] = str(metrics["cache"])
+            if isinstance(metrics.get("turns"), int):
+                attrs[A.TURNS] = metrics["turns"]
+            if self.capture.content:
+                attrs.update(self._system(payload))
+            if self.capture.content and "output" in payload:
+                output = _json(groundswell.redact(payload["output"]))
+                attrs[A.GEN_AI_OUTPUT_MESSAGES] = _json(
+                    _messages("assistant", {"type": "text", "content": output})
+                )
+                attrs[A.OUTPUT_VALUE] = output
+        elif node.type == "model_call":
+            response = payload.get("response") or {}
+            if response.get("id"):
+                attrs[A.GEN_AI_RESPONSE_ID] = str(response["id"])
+            if response.get("model"):
+                attrs[A.GEN_AI_RESPONSE_MODEL] = str(response["model"])
+            if response.get("stop_reason"):
+                attrs[A.GEN_AI_RESPONSE_FINISH_REASONS] = [str(response["stop_reason"])]
+            if self.capture.content and response:
+                parts = [{"type": "text", "content": groundswell.redact(response.get("text", ""))}]
+                parts += [{"type": "tool_call", "name": t} for t in response.get("tool_calls", [])]
+                message = {"role": "assistant", "parts": parts}
+                if response.get("stop_reason"):
+                    message["finish_reason"] = str(response["stop_reason"])
+                attrs[A.GEN_AI_OUTPUT_MESSAGES] = _json([message])
+                if response.get("text"):
+                    attrs[A.OUTPUT_VALUE] = str(groundswell.redact(response["text"]))
+        elif node.type in ("tool_call", "mcp_call"):
+            allowed = self.capture.content and (
+                node.payload.get("toolset") != "introspection" or self.capture.introspection
+            )
+            if allowed and "output" in payload:
+                result = _json(groundswell.redact(payload["output"]))
+                attrs[A.GEN_AI_TOOL_CALL_RESULT] = result
+                attrs[A.OUTPUT_VALUE] = result
+        elif node.type == "workflow" and self.capture.content and "output" in payload:
+            attrs[A.OUTPUT_VALUE] = _json(groundswell.redact(payload["output"]))
+        span.set_attributes(attrs)
+        self._content_event(span, attrs, data.get("ended_at"))
+        error = data.get("error")
+        if status == "failed":
+            error_type = str((error or {}).get("type") or "_OTHER")
+            error_message = str(groundswell.redact(str((error or {}).get("message") or "")))
+            span.set_attribute(A.ERROR_TYPE, error_type)
+            span.add_event(
+                A.EXCEPTION_EVENT,
+                {A.EXCEPTION_TYPE: error_type, A.EXCEPTION_MESSAGE: error_message},
+                _ns(data.get("ended_at")),
+            )
+            span.set_status(Status(StatusCode.ERROR, f"{error_type}: {error_message}"[:500]))
+        elif status == "completed":
+            span.set_status(Status(StatusCode.OK))
+        span.end(end_time=_ns(data.get("ended_at")))
+        if node.parent_id is None:
+            self._finish_run(run_id)
+
+    def _event(self, run_id: str, node_id: str, event: dict[str, Any]) -> None:
+        node = self._run(run_id).nodes.get(node_id) or self._find(node_id)
+        if node is None:
+            return
+        kind = str(event.get("type"))
+        when = _ns(event.get("timestamp"))
+        if kind == "cache_hit" and node.type == "prompt" and node.span is not None:
+            self._cache_hit_span(node, event, when)
+        attrs = _scalar_attributes(groundswell.redact(event))
+        if node.span is not None:
+            node.span.add_event(kind, attrs, when)
+        else:
+            attrs[A.EVENT_NODE_ID] = node_id
+            self._note_on_open_ancestor(node.parent_id, kind, attrs, event.get("timestamp"))
+
+    def _cache_hit_span(self, node: _Node, event: dict[str, Any], when: int | None) -> None:
+        # A hit makes no model call; an INTERNAL chat span (no usage) shows where it stood.
+        model = str(node.payload.get("model") or "")
+        attrs: dict[str, Any] = {
+            A.GEN_AI_OPERATION_NAME: A.OP_CHAT,
+            A.GEN_AI_PROVIDER_NAME: A.PROVIDER_ANTHROPIC,
+            A.GEN_AI_REQUEST_MODEL: model,
+            A.OPENINFERENCE_SPAN_KIND: A.KIND_LLM,
+            A.CACHE_HIT: True,
+        }
+        if isinstance(event.get("key"), str):
+            attrs[A.CACHE_KEY] = event["key"]
+        if isinstance(event.get("age_s"), int | float):
+            attrs[A.CACHE_AGE_S] = event["age_s"]
+        assert node.span is not None
+        span = self._tracer.start_span(
+            f"{A.OP_CHAT} {model}".strip(),
+            context=trace.set_span_in_context(node.span),
+            kind=SpanKind.INTERNAL,
+            attributes=attrs,
+            start_time=when,
+        )
+        span.set_status(Status(StatusCode.OK))
+        span.end(end_time=when)
+
+    def _note_on_open_ancestor(
+        self, parent_id: str | None, name: str, attrs: dict[str, Any], when: float | None
+    ) -> None:
+        node = self._find(parent_id)
+        while node is not None and node.span is None:
+            node = self._find(node.parent_id)
+        if node is not None and node.span is not None:
+            node.span.add_event(name, attrs, _ns(when))
+
+    def _finish_run(self, run_id: str) -> None:
+        run = self._runs.get(run_id)
+        if run is None:
+            return
+        run.finished = True
+        self._runs.move_to_end(run_id)
+        finished = [rid for rid, r in self._runs.items() if r.finished]
+        for rid in finished[:-KEEP_FINISHED_RUNS]:
+            self._close_run(self._runs.pop(rid))
+
+    @staticmethod
+    def _close_run(run: _Run) -> None:
+        # Work still running when its run is forgotten (or the sink closes): end its
+        # span honestly marked incomplete rather than leaking it.
+        for node in run.nodes.values():
+            if node.span is not None:
+                node.span.set_attribute(A.INCOMPLETE, True)
+                node.span.end()
+                node.span = None
+
+    def close(self) -> None:
+        """End spans still open, flush, and shut the provider down if this sink made it."""
+        self._closed = True
+        for run in self._runs.values():
+            self._close_run(run)
+        self._runs.clear()
+        # Exporters retry a failing collector for many seconds, ignoring flush
+        # timeouts; at exit that must not hold the process, so flushing (and
+        # shutting down a provider this sink made) gets a bounded wait on a
+        # daemon thread.
+        worker = threading.Thread(target=self._flush, name="groundswell-otel-close", daemon=True)
+        worker.start()
+        worker.join(CLOSE_FLUSH_MS / 1000)
+        if worker.is_alive():
+            logger.warning("spans not exported within %d ms at close; giving up", CLOSE_FLUSH_MS)
+
+    def _flush(self) -> None:
+        try:
+            flush = getattr(self.provider, "force_flush", None)
+            if callable(flush):
+                flush(CLOSE_FLUSH_MS)
+            shutdown = getattr(self.provider, "shutdown", None)
+            if self._owned and callable(shutdown):
+                shutdown()
+        except Exception as exc:
+            logger.warning("exporting spans at close failed: %s", exc)

@@ -1,0 +1,85 @@
+"""Span and attribute names this plugin emits, in one place.
+
+The ``gen_ai.*`` names follow the OpenTelemetry GenAI semantic conventions
+(development status; Anthropic flavour: ``gen_ai.usage.input_tokens`` counts
+cache reads and cache writes too). ``openinference.*``, ``input.value`` and
+``output.value`` are what Arize Phoenix and other OpenInference viewers read.
+``groundswell.*`` names are this project's own. They are kept here rather than
+imported from ``opentelemetry-semantic-conventions`` because those GenAI names
+are still moving between releases; pinning them here keeps dashboards stable.
+"""
+
+from __future__ import annotations
+
+# -- gen_ai.* (OpenTelemetry GenAI semantic conventions) -------------------------------
+GEN_AI_OPERATION_NAME = "gen_ai.operation.name"
+GEN_AI_PROVIDER_NAME = "gen_ai.provider.name"
+GEN_AI_AGENT_NAME = "gen_ai.agent.name"
+GEN_AI_AGENT_ID = "gen_ai.agent.id"
+GEN_AI_WORKFLOW_NAME = "gen_ai.workflow.name"
+GEN_AI_REQUEST_MODEL = "gen_ai.request.model"
+GEN_AI_REQUEST_MAX_TOKENS = "gen_ai.request.max_tokens"
+GEN_AI_REQUEST_TEMPERATURE = "gen_ai.request.temperature"
+GEN_AI_REQUEST_TOP_P = "gen_ai.request.top_p"
+GEN_AI_REQUEST_TOP_K = "gen_ai.request.top_k"
+GEN_AI_REQUEST_STOP_SEQUENCES = "gen_ai.request.stop_sequences"
+GEN_AI_RESPONSE_ID = "gen_ai.response.id"
+GEN_AI_RESPONSE_MODEL = "gen_ai.response.model"
+GEN_AI_RESPONSE_FINISH_REASONS = "gen_ai.response.finish_reasons"
+GEN_AI_OUTPUT_TYPE = "gen_ai.output.type"
+GEN_AI_USAGE_INPUT_TOKENS = "gen_ai.usage.input_tokens"
+GEN_AI_USAGE_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
+GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS = "gen_ai.usage.cache_read.input_tokens"
+GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS = "gen_ai.usage.cache_creation.input_tokens"
+GEN_AI_TOOL_NAME = "gen_ai.tool.name"
+GEN_AI_TOOL_CALL_ID = "gen_ai.tool.call.id"
+GEN_AI_TOOL_TYPE = "gen_ai.tool.type"
+# Content: recorded only when capture is on (see the module docs of groundswell_otel).
+GEN_AI_INPUT_MESSAGES = "gen_ai.input.messages"
+GEN_AI_OUTPUT_MESSAGES = "gen_ai.output.messages"
+GEN_AI_SYSTEM_INSTRUCTIONS = "gen_ai.system_instructions"
+GEN_AI_TOOL_CALL_ARGUMENTS = "gen_ai.tool.call.arguments"
+GEN_AI_TOOL_CALL_RESULT = "gen_ai.tool.call.result"
+# The span event carrying content when capture is SPAN_AND_EVENT.
+GEN_AI_CONTENT_EVENT = "gen_ai.client.inference.operation.details"
+
+PROVIDER_ANTHROPIC = "anthropic"
+OP_INVOKE_WORKFLOW = "invoke_workflow"
+OP_INVOKE_AGENT = "invoke_agent"
+OP_CHAT = "chat"
+OP_EXECUTE_TOOL = "execute_tool"
+TOOL_TYPE_FUNCTION = "function"
+TOOL_TYPE_EXTENSION = "extension"  # MCP tools: run by a server outside the agent
+
+# -- error.* / exception.* (general conventions) ---------------------------------------
+ERROR_TYPE = "error.type"
+EXCEPTION_EVENT = "exception"
+EXCEPTION_TYPE = "exception.type"
+EXCEPTION_MESSAGE = "exception.message"
+
+# -- OpenInference (Arize Phoenix) -----------------------------------------------------
+OPENINFERENCE_SPAN_KIND = "openinference.span.kind"
+INPUT_VALUE = "input.value"
+OUTPUT_VALUE = "output.value"
+KIND_CHAIN = "CHAIN"
+KIND_AGENT = "AGENT"
+KIND_LLM = "LLM"
+KIND_TOOL = "TOOL"
+
+# -- groundswell.* ---------------------------------------------------------------------
+NODE_ID = "groundswell.node.id"
+NODE_TYPE = "groundswell.node.type"
+NODE_STATUS = "groundswell.node.status"
+RUN_ID = "groundswell.run.id"
+ATTEMPT = "groundswell.attempt"
+TURNS = "groundswell.turns"
+CACHE = "groundswell.cache"
+CACHE_HIT = "groundswell.cache.hit"
+CACHE_KEY = "groundswell.cache.key"
+CACHE_AGE_S = "groundswell.cache.age_s"
+TOOLSET = "groundswell.toolset"
+REFLECTION_LEVEL = "groundswell.reflection.level"
+REFLECTION_STRATEGY = "groundswell.reflection.strategy"
+REFLECTION_FAILED_NODE = "groundswell.reflection.failed_node_id"
+EVENT_NODE_ID = "groundswell.event.node_id"
+INCOMPLETE = "groundswell.incomplete"

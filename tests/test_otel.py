@@ -1,0 +1,475 @@
+"""The bundled OpenTelemetry sink: spans mirror the tree, follow the GenAI conventions, hold no secrets."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import groundswell_otel
+import pytest
+from groundswell_otel import RedactingSpanExporter
+from groundswell_otel import attributes as A
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, StatusCode
+from pydantic import BaseModel
+
+import groundswell
+from groundswell import (
+    Agent,
+    ConfigurationError,
+    Prompt,
+    ReflectionConfig,
+    ToolContext,
+    WorkflowContext,
+    WorkflowResult,
+    workflow,
+)
+from groundswell.testing import FAKE_API_KEY, FakeAnthropicAPI, json_reply, text, tool_use
+
+ENV_SECRET = "otel-env-secret-value-9931"
+
+
+@pytest.fixture
+def exporter(monkeypatch: pytest.MonkeyPatch) -> Iterator[InMemorySpanExporter]:
+    monkeypatch.delenv(groundswell_otel.CONTENT_ENV, raising=False)
+    monkeypatch.delenv(groundswell_otel.INTROSPECTION_ENV, raising=False)
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    groundswell_otel.instrument(provider)
+    yield memory
+    groundswell_otel.uninstrument()
+
+
+def spans(memory: InMemorySpanExporter) -> list[ReadableSpan]:
+    assert groundswell.flush_sinks()
+    return list(memory.get_finished_spans())
+
+
+def by_node(found: list[ReadableSpan]) -> dict[str, ReadableSpan]:
+    out = {}
+    for span in found:
+        node_id = (span.attributes or {}).get(A.NODE_ID)
+        assert isinstance(node_id, str)
+        assert node_id not in out, f"two spans for node {node_id}"
+        out[node_id] = span
+    return out
+
+
+def assert_mirrors(result: WorkflowResult[Any], found: list[ReadableSpan]) -> None:
+    """One span per node, one trace per run, and span parents equal node parents."""
+    mapping = by_node([s for s in found if not (s.attributes or {}).get(A.CACHE_HIT)])
+    nodes = list(result.tree.walk())
+    assert set(mapping) == {n.id for n in nodes}
+    trace_ids = {s.context.trace_id for s in mapping.values()}
+    assert len(trace_ids) == 1
+    for node in nodes:
+        span = mapping[node.id]
+        if node.parent_id is None:
+            assert span.parent is None
+        else:
+            assert span.parent is not None
+            assert span.parent.span_id == mapping[node.parent_id].context.span_id
+
+
+def add(a: int, b: int) -> int:
+    """Add two numbers."""
+    return a + b
+
+
+def calculator(fake: FakeAnthropicAPI, **kwargs: Any) -> Agent:
+    return Agent(name="calc", tools=[add], client=fake.client(), **kwargs)
+
+
+@workflow(name="child")
+async def child(ctx: WorkflowContext, n: int) -> int:
+    return await ctx.step("double", lambda: n * 2)
+
+
+async def test_spans_mirror_the_tree_with_gather_branches_agents_and_spawned_workflows(
+    exporter: InMemorySpanExporter,
+) -> None:
+    fake = FakeAnthropicAPI([tool_use("add", {"a": 1, "b": 2}), text("3")])
+    agent = calculator(fake)
+
+    @workflow(name="parent")
+    async def parent(ctx: WorkflowContext) -> int:
+        a, b = await asyncio.gather(ctx.step("left", lambda: 1), ctx.step("right", lambda: 2))
+        answer = await ctx.step("ask", agent.prompt("1 + 2?"))
+        spawned = await ctx.spawn_workflow(child, 5)
+        return a + b + int(answer) + spawned
+
+    result = await parent.run()
+    assert result.output == 16
+    found = spans(exporter)
+    assert_mirrors(result, found)
+    names = sorted(s.name for s in found)
+    assert names == sorted(
+        [
+            "invoke_workflow parent",
+            "step left",
+            "step right",
+            "step ask",
+            "invoke_agent calc",
+            "chat claude-sonnet-4-6",
+            "execute_tool add",
+            "chat claude-sonnet-4-6",
+            "invoke_workflow child",
+            "step double",
+        ]
+    )
+
+
+async def test_each_run_is_its_own_trace(exporter: InMemorySpanExporter) -> None:
+    first, second = await child.run(1), await child.run(2)
+    found = spans(exporter)
+    roots = [s for s in found if s.parent is None]
+    assert len(roots) == 2 and len({s.context.trace_id for s in found}) == 2
+    assert_mirrors(first, [s for s in found if s.attributes[A.RUN_ID] == first.node.id])
+    assert_mirrors(second, [s for s in found if s.attributes[A.RUN_ID] == second.node.id])
+
+
+async def test_span_names_kinds_and_genai_attributes(exporter: InMemorySpanExporter) -> None:
+    usage = {"input_tokens": 10, "cache_read_input_tokens": 30, "cache_creation_input_tokens": 5}
+    fake = FakeAnthropicAPI([tool_use("add", {"a": 1, "b": 2}), text("3", usage=usage)])
+    agent = calculator(fake, temperature=0.3, max_tokens=500, stop_sequences=["END"])
+
+    @workflow(name="attrs")
+    async def attrs(ctx: WorkflowContext) -> str:
+        return await ctx.step("ask", agent.prompt("1 + 2?"))
+
+    result = await attrs.run()
+    found = spans(exporter)
+    named = {s.name: s for s in found}
+
+    wf = named["invoke_workflow attrs"]
+    assert wf.kind is SpanKind.INTERNAL and wf.status.status_code is StatusCode.OK
+    assert wf.attributes[A.GEN_AI_OPERATION_NAME] == "invoke_workflow"
+    assert wf.attributes[A.GEN_AI_WORKFLOW_NAME] == "attrs"
+
+    step = named["step ask"]
+    assert step.kind is SpanKind.INTERNAL
+    assert step.attributes[A.OPENINFERENCE_SPAN_KIND] == "CHAIN"
+
+    agent_span = named["invoke_agent calc"]
+    assert agent_span.kind is SpanKind.INTERNAL
+    assert agent_span.attributes[A.GEN_AI_OPERATION_NAME] == "invoke_agent"
+    assert agent_span.attributes[A.GEN_AI_AGENT_NAME] == "calc"
+    assert agent_span.attributes[A.GEN_AI_PROVIDER_NAME] == "anthropic"
+
+    chats = sorted((s for s in found if s.name.startswith("chat ")), key=lambda s: s.start_time)
+    assert len(chats) == 2
+    for chat in chats:
+        assert chat.kind is SpanKind.CLIENT
+        a = chat.attributes
+        assert a[A.GEN_AI_OPERATION_NAME] == "chat"
+        assert a[A.GEN_AI_PROVIDER_NAME] == "anthropic"
+        assert a[A.GEN_AI_REQUEST_MODEL] == "claude-sonnet-4-6"
+        assert a[A.GEN_AI_REQUEST_MAX_TOKENS] == 500
+        assert a[A.GEN_AI_REQUEST_TEMPERATURE] == pytest.approx(0.3)
+        assert tuple(a[A.GEN_AI_REQUEST_STOP_SEQUENCES]) == ("END",)
+        assert a[A.GEN_AI_RESPONSE_MODEL] == "claude-sonnet-4-6"
+        assert str(a[A.GEN_AI_RESPONSE_ID]).startswith("msg_")
+    assert tuple(chats[0].attributes[A.GEN_AI_RESPONSE_FINISH_REASONS]) == ("tool_use",)
+    assert tuple(chats[1].attributes[A.GEN_AI_RESPONSE_FINISH_REASONS]) == ("end_turn",)
+    # Anthropic's input_tokens excludes the cache; the convention's count includes it.
+    second = chats[1].attributes
+    assert second[A.GEN_AI_USAGE_INPUT_TOKENS] == 10 + 30 + 5
+    assert second[A.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS] == 30
+    assert second[A.GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS] == 5
+    last_call = result.tree.find(type="model_call")[-1].metrics["usage"]
+    assert second[A.GEN_AI_USAGE_OUTPUT_TOKENS] == last_call["output_tokens"]
+    prompt_usage = result.tree.find(type="prompt")[0].metrics["usage"]
+    assert agent_span.attributes[A.GEN_AI_USAGE_OUTPUT_TOKENS] == prompt_usage["output_tokens"]
+
+    tool = named["execute_tool add"]
+    assert tool.kind is SpanKind.INTERNAL
+    assert tool.attributes[A.GEN_AI_OPERATION_NAME] == "execute_tool"
+    assert tool.attributes[A.GEN_AI_TOOL_NAME] == "add"
+    assert tool.attributes[A.GEN_AI_TOOL_TYPE] == "function"
+    call_id = result.tree.find(type="tool_call")[0].payload["tool_use_id"]
+    assert tool.attributes[A.GEN_AI_TOOL_CALL_ID] == call_id
+
+
+async def test_a_cache_hit_is_an_internal_chat_span_without_usage(
+    exporter: InMemorySpanExporter,
+) -> None:
+    from groundswell_lru import LRUCache
+
+    fake = FakeAnthropicAPI([text("cached answer")])
+    agent = Agent(name="memo", client=fake.client(), cache=LRUCache())
+    await agent.run("same question")
+    await agent.run("same question")
+    found = spans(exporter)
+    hits = [s for s in found if (s.attributes or {}).get(A.CACHE_HIT)]
+    assert len(hits) == 1
+    hit = hits[0]
+    assert hit.name == "chat claude-sonnet-4-6" and hit.kind is SpanKind.INTERNAL
+    assert not any(k.startswith("gen_ai.usage") for k in hit.attributes)
+    assert isinstance(hit.attributes[A.CACHE_KEY], str)
+    agents = [s for s in found if s.name == "invoke_agent memo"]
+    assert [s.attributes[A.CACHE] for s in agents] == ["miss", "hit"]
+    assert hit.parent.span_id == agents[1].context.span_id
+    # The hit made no request: only the first run has a CLIENT span.
+    assert len([s for s in found if s.kind is SpanKind.CLIENT]) == 1
+
+
+class Verdict(BaseModel):
+    score: int
+
+
+async def test_reflection_attempts_and_failures_have_their_spans(
+    exporter: InMemorySpanExporter,
+) -> None:
+    fake = FakeAnthropicAPI([text("not json"), json_reply({"score": 4})])
+    agent = Agent(
+        name="judge",
+        client=fake.client(),
+        reflection=ReflectionConfig(strategy="feedback", max_attempts=2),
+    )
+
+    @workflow(name="judged")
+    async def judged(ctx: WorkflowContext) -> int:
+        verdict = await ctx.step(
+            "judge", agent.prompt(Prompt(user="rate", response_format=Verdict))
+        )
+        return verdict.score
+
+    result = await judged.run()
+    assert result.output == 4
+    found = spans(exporter)
+    assert_mirrors(result, found)
+    reflection = next(s for s in found if s.name.startswith("reflection "))
+    assert reflection.attributes[A.REFLECTION_LEVEL] == "agent"
+    assert reflection.attributes[A.REFLECTION_STRATEGY] == "feedback"
+    assert reflection.attributes[A.ATTEMPT] == 1
+    attempts = [s for s in found if s.name == "invoke_agent judge"]
+    statuses = sorted(s.attributes[A.NODE_STATUS] for s in attempts)
+    assert statuses == ["completed", "failed"]
+    failed = next(s for s in attempts if s.attributes[A.NODE_STATUS] == "failed")
+    assert failed.status.status_code is StatusCode.ERROR
+    assert failed.attributes[A.ERROR_TYPE] == "ResponseValidationError"
+    assert any(e.name == "exception" for e in failed.events)
+
+
+async def test_a_failed_step_marks_its_spans_as_errors(exporter: InMemorySpanExporter) -> None:
+    @workflow(name="crash")
+    async def crash(ctx: WorkflowContext) -> None:
+        await ctx.step("boom", lambda: 1 / 0)
+
+    with pytest.raises(groundswell.WorkflowError):
+        await crash.run()
+    found = {s.name: s for s in spans(exporter)}
+    for name in ("step boom", "invoke_workflow crash"):
+        span = found[name]
+        assert span.status.status_code is StatusCode.ERROR
+        assert span.attributes[A.ERROR_TYPE] == "ZeroDivisionError"
+    event = next(e for e in found["step boom"].events if e.name == "exception")
+    assert event.attributes[A.EXCEPTION_TYPE] == "ZeroDivisionError"
+    assert "division by zero" in event.attributes[A.EXCEPTION_MESSAGE]
+
+
+async def test_spans_are_exported_while_the_run_is_still_going(
+    exporter: InMemorySpanExporter,
+) -> None:
+    seen: list[str] = []
+
+    @workflow(name="long")
+    async def long(ctx: WorkflowContext) -> None:
+        await ctx.step("first", lambda: 1)
+        await asyncio.to_thread(groundswell.flush_sinks)
+        seen.extend(s.name for s in exporter.get_finished_spans())
+
+    await long.run()
+    assert seen == ["step first"]
+
+
+CONTENT_KEYS = (
+    A.GEN_AI_INPUT_MESSAGES,
+    A.GEN_AI_OUTPUT_MESSAGES,
+    A.GEN_AI_SYSTEM_INSTRUCTIONS,
+    A.GEN_AI_TOOL_CALL_ARGUMENTS,
+    A.GEN_AI_TOOL_CALL_RESULT,
+    A.INPUT_VALUE,
+    A.OUTPUT_VALUE,
+)
+
+
+def everything(found: list[ReadableSpan]) -> str:
+    """Every name, attribute, event and status text of every span, as one string."""
+    parts: list[str] = []
+    for s in found:
+        parts += [s.name, s.status.description or "", json.dumps(dict(s.attributes), default=str)]
+        for e in s.events:
+            parts += [e.name, json.dumps(dict(e.attributes), default=str)]
+    return "\n".join(parts)
+
+
+async def ask_calculator(fake: FakeAnthropicAPI) -> None:
+    agent = calculator(fake, system="You add numbers carefully.")
+
+    @workflow(name="content")
+    async def content(ctx: WorkflowContext) -> str:
+        return await ctx.step("ask", agent.prompt("What is 1 + 2, secretly?"))
+
+    await content.run()
+
+
+async def test_content_is_off_by_default(exporter: InMemorySpanExporter) -> None:
+    await ask_calculator(FakeAnthropicAPI([tool_use("add", {"a": 1, "b": 2}), text("It is 3")]))
+    found = spans(exporter)
+    assert not any(k in s.attributes for s in found for k in CONTENT_KEYS)
+    dump = everything(found)
+    assert "secretly" not in dump and "It is 3" not in dump and "carefully" not in dump
+
+
+@pytest.mark.parametrize("mode", ["SPAN_ONLY", "SPAN_AND_EVENT", "true"])
+async def test_content_is_captured_when_opted_in(
+    exporter: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    monkeypatch.setenv(groundswell_otel.CONTENT_ENV, mode)
+    groundswell.get_plugin_manager().refresh_sinks("otel")  # the sink reads it when made
+    await ask_calculator(FakeAnthropicAPI([tool_use("add", {"a": 1, "b": 2}), text("It is 3")]))
+    named = {s.name: s for s in spans(exporter)}
+    agent_span = named["invoke_agent calc"].attributes
+    messages = json.loads(agent_span[A.GEN_AI_INPUT_MESSAGES])
+    assert messages == [
+        {"role": "user", "parts": [{"type": "text", "content": "What is 1 + 2, secretly?"}]}
+    ]
+    assert json.loads(agent_span[A.GEN_AI_SYSTEM_INSTRUCTIONS]) == [
+        {"type": "text", "content": "You add numbers carefully."}
+    ]
+    output = json.loads(agent_span[A.GEN_AI_OUTPUT_MESSAGES])
+    assert output[0]["role"] == "assistant" and output[0]["parts"][0]["content"] == "It is 3"
+    tool = named["execute_tool add"].attributes
+    assert json.loads(tool[A.GEN_AI_TOOL_CALL_ARGUMENTS]) == {"a": 1, "b": 2}
+    assert tool[A.GEN_AI_TOOL_CALL_RESULT] == "3"
+    events = [e.name for e in named["invoke_agent calc"].events]
+    assert (A.GEN_AI_CONTENT_EVENT in events) == (mode == "SPAN_AND_EVENT")
+
+
+async def test_no_secret_reaches_any_span_even_with_content_on(
+    exporter: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(groundswell_otel.CONTENT_ENV, "SPAN_AND_EVENT")
+    groundswell.get_plugin_manager().refresh_sinks("otel")
+
+    def connect(host: str, api_key: str, ctx: ToolContext) -> str:
+        """Connect to a host."""
+        raise RuntimeError(f"login to {host} failed with {ctx.env['DB_PASSWORD']}")
+
+    def reveal(ctx: ToolContext) -> str:
+        """Reveal configuration."""
+        return f"password is {ctx.env['DB_PASSWORD']}"
+
+    fake = FakeAnthropicAPI(
+        [
+            tool_use("connect", {"host": "db", "api_key": "plain-key-123456"}),
+            tool_use("reveal", {}),
+            text(f"done; key {FAKE_API_KEY} and {ENV_SECRET}"),
+        ]
+    )
+    agent = Agent(
+        name="leaky",
+        tools=[connect, reveal],
+        env={"DB_PASSWORD": ENV_SECRET},
+        system=f"Never say {ENV_SECRET}.",
+        client=fake.client(),
+    )
+
+    @workflow(name="leaky-flow")
+    async def leaky(ctx: WorkflowContext) -> str:
+        return await ctx.step("go", agent.prompt(f"use {FAKE_API_KEY}"))
+
+    await leaky.run()
+    found = spans(exporter)
+    assert any(A.GEN_AI_TOOL_CALL_RESULT in s.attributes for s in found)  # content is on
+    dump = everything(found)
+    for secret in (FAKE_API_KEY, ENV_SECRET, "plain-key-123456"):
+        assert secret not in dump
+    assert "**********" in dump
+
+
+async def test_introspection_results_need_their_own_opt_in(
+    exporter: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def run_once() -> ReadableSpan:
+        exporter.clear()
+        fake = FakeAnthropicAPI([tool_use("inspect_current_node", {}), text("seen")])
+        agent = Agent(name="curious", tools=["introspection"], client=fake.client())
+
+        @workflow(name="look")
+        async def look(ctx: WorkflowContext) -> str:
+            return await ctx.step("peek", agent.prompt("where am I?"))
+
+        await look.run()
+        return next(s for s in spans(exporter) if s.name == "execute_tool inspect_current_node")
+
+    monkeypatch.setenv(groundswell_otel.CONTENT_ENV, "SPAN_ONLY")
+    groundswell.get_plugin_manager().refresh_sinks("otel")
+    tool = await run_once()
+    assert tool.attributes[A.TOOLSET] == "introspection"
+    assert A.GEN_AI_TOOL_CALL_ARGUMENTS in tool.attributes
+    assert A.GEN_AI_TOOL_CALL_RESULT not in tool.attributes
+
+    monkeypatch.setenv(groundswell_otel.INTROSPECTION_ENV, "true")
+    groundswell.get_plugin_manager().refresh_sinks("otel")
+    tool = await run_once()
+    assert "peek" in tool.attributes[A.GEN_AI_TOOL_CALL_RESULT]
+
+
+def test_redacting_exporter_cleans_keys_values_and_exception_messages() -> None:
+    groundswell.register_secret(ENV_SECRET)
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(RedactingSpanExporter(memory)))
+    tracer = provider.get_tracer("test")
+    with tracer.start_as_current_span(f"call {ENV_SECRET}") as span:
+        span.set_attribute("http.request.header.authorization", "Bearer abcdefghijklmnop")
+        span.set_attribute("db.api_key", "hidden-by-its-name")
+        span.set_attribute("note", f"uses sk-ant-api03-{'x' * 20} and {ENV_SECRET}")
+        span.set_attribute("gen_ai.usage.input_tokens", 12)  # a count, not a credential
+        span.set_attribute("list", ["ok", ENV_SECRET])
+        span.record_exception(RuntimeError(f"auth failed for {ENV_SECRET}"))
+    (clean,) = memory.get_finished_spans()
+    dump = everything([clean])
+    assert ENV_SECRET not in dump and "sk-ant-api03" not in dump
+    assert "hidden-by-its-name" not in dump and "abcdefghijklmnop" not in dump
+    assert clean.attributes["gen_ai.usage.input_tokens"] == 12
+    assert tuple(clean.attributes["list"]) == ("ok", "**********")
+    assert clean.name == "call **********"
+
+
+async def test_nothing_configured_means_no_sink_and_no_cost(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT", raising=False)
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", raising=False)
+    manager = groundswell.get_plugin_manager()
+    manager.refresh_sinks("otel")
+    await child.run(1)
+    assert "otel" not in manager.sink_hub().names()
+    with pytest.raises(ConfigurationError, match="no tracer provider"):
+        groundswell_otel.instrument()
+
+
+async def test_a_failing_exporter_never_fails_the_run(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    class Broken(InMemorySpanExporter):
+        def export(self, spans: Any) -> Any:
+            raise ConnectionError("collector is down")
+
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(Broken()))
+    groundswell_otel.instrument(provider)
+    try:
+        result = await child.run(4)
+        assert groundswell.flush_sinks()
+    finally:
+        groundswell_otel.uninstrument()
+    assert result.output == 8
