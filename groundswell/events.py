@@ -7,9 +7,8 @@ once, and when its queue is full further events for it are dropped and counted.
 
 from __future__ import annotations
 
-import contextlib
+import collections
 import logging
-import queue
 import threading
 import time
 from dataclasses import dataclass
@@ -27,6 +26,10 @@ EventKind = Literal["node_start", "node_end", "node_event"]
 # Enough for a burst of ~5,000 steps while a sink catches up; beyond that the
 # sink is too slow to keep up and dropping beats unbounded memory.
 QUEUE_SIZE = 10_000
+# How long an idle worker sleeps before looking for events (a live view's lag),
+# and the backlog that wakes it early.
+POLL_S = 0.02
+WAKE_AT = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +72,19 @@ class _Stop:
 _STOP = _Stop()
 
 
+class _Marker:
+    """Queued by flush(): the worker sets it once everything before it was handled."""
+
+    __slots__ = ("done",)
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+
+
 class _SinkWorker:
+    # A deque rather than queue.Queue: appending is one atomic call with no lock,
+    # so a run pays well under a microsecond per event and sink; the worker is
+    # woken only when it sleeps, not once per event.
     def __init__(self, name: str, sink: Sink) -> None:
         self.name = name
         self.sink = sink
@@ -78,16 +93,25 @@ class _SinkWorker:
         self.dropped = 0
         self._reported_error = False
         self._reported_drop = False
-        self._queue: queue.Queue[Event | _Stop] = queue.Queue(QUEUE_SIZE)
+        self._events: collections.deque[Event | _Stop | _Marker] = collections.deque()
+        self._wake = threading.Condition(threading.Lock())
+        self._sleeping = False
         self._thread = threading.Thread(
             target=self._run, name=f"groundswell-sink-{name}", daemon=True
         )
         self._thread.start()
 
+    def _push(self, item: Event | _Stop | _Marker, urgent: bool = False) -> None:
+        self._events.append(item)
+        # Waking a thread per event would cost the run a thread switch each time;
+        # the worker polls every POLL_S instead, and is woken early only for a
+        # flush, a stop, or a backlog.
+        if self._sleeping and (urgent or len(self._events) >= WAKE_AT):
+            with self._wake:
+                self._wake.notify()
+
     def put(self, event: Event) -> None:
-        try:
-            self._queue.put_nowait(event)
-        except queue.Full:
+        if len(self._events) >= QUEUE_SIZE:
             self.dropped += 1
             if not self._reported_drop:
                 self._reported_drop = True
@@ -96,14 +120,30 @@ class _SinkWorker:
                     "(the run goes on; see SinkHub.stats())",
                     self.name,
                 )
+            return
+        self._push(event)
 
     def _run(self) -> None:
+        events = self._events
         while True:
-            event = self._queue.get()
             try:
-                if isinstance(event, _Stop):
-                    return
-                self.sink.handle(event)
+                item = events.popleft()
+            except IndexError:
+                with self._wake:
+                    self._sleeping = True
+                    # Checked again under the lock: an event appended just before
+                    # _sleeping was set is seen here; urgent ones after it notify.
+                    if not events:
+                        self._wake.wait(POLL_S)
+                    self._sleeping = False
+                continue
+            if isinstance(item, _Marker):
+                item.done.set()
+                continue
+            if isinstance(item, _Stop):
+                return
+            try:
+                self.sink.handle(item)
                 self.delivered += 1
             except BaseException as exc:  # even SystemExit: a sink must never reach the run
                 self.errors += 1
@@ -115,23 +155,17 @@ class _SinkWorker:
                         type(exc).__name__,
                         exc,
                     )
-            finally:
-                self._queue.task_done()
 
     def flush(self, deadline: float) -> bool:
-        q = self._queue
-        with q.all_tasks_done:
-            while q.unfinished_tasks:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                q.all_tasks_done.wait(remaining)
-        return True
+        if not self._thread.is_alive():
+            return not self._events
+        marker = _Marker()
+        self._push(marker, urgent=True)
+        return marker.done.wait(max(0.0, deadline - time.monotonic()))
 
     def close(self, deadline: float) -> None:
         self.flush(deadline)
-        with contextlib.suppress(queue.Full):  # a stuck worker is a daemon; exit anyway
-            self._queue.put_nowait(_STOP)
+        self._push(_STOP, urgent=True)  # a stuck worker is a daemon: the process exits anyway
         self._thread.join(max(0.0, deadline - time.monotonic()))
         if self._thread.is_alive():
             # handle() is still running: closing under its feet could corrupt its output.

@@ -22,18 +22,19 @@ logger = logging.getLogger("groundswell.otel")
 
 # Finished runs whose span contexts are kept, so late children (background work
 # that outlives its run) still join the right trace.
-KEEP_FINISHED_RUNS = 64
+KEEP_FINISHED_RUNS = 8
 CONTENT_LIMIT = 8_000
 CLOSE_FLUSH_MS = 3_000
 
 
-@dataclass
+@dataclass(slots=True)
 class _Node:
+    # Only what later events need: ended nodes stay as parents for late children.
     type: str
-    name: str
     parent_id: str | None
     context: trace.SpanContext
-    payload: dict[str, Any]
+    model: str | None
+    toolset: str | None
     span: Span | None  # None once ended
 
 
@@ -167,8 +168,8 @@ class OTelSink:
         )
         span_name, kind, attrs = self._describe(node_type, name, payload)
         attrs[A.NODE_ID] = data["id"]
-        attrs[A.NODE_TYPE] = node_type
-        attrs[A.RUN_ID] = run_id
+        if parent_id is None:
+            attrs[A.RUN_ID] = run_id  # the trace id groups the rest of the run
         span = self._tracer.start_span(
             span_name,
             context=ctx,
@@ -178,7 +179,12 @@ class OTelSink:
         )
         self._content_event(span, attrs, data.get("timestamp"))
         self._run(run_id).nodes[data["id"]] = _Node(
-            node_type, name, parent_id, span.get_span_context(), payload, span
+            node_type,
+            parent_id,
+            span.get_span_context(),
+            str(payload["model"]) if payload.get("model") else None,
+            str(payload["toolset"]) if payload.get("toolset") else None,
+            span,
         )
 
     def _describe(
@@ -349,7 +355,7 @@ class OTelSink:
                     attrs[A.OUTPUT_VALUE] = str(groundswell.redact(response["text"]))
         elif node.type in ("tool_call", "mcp_call"):
             allowed = self.capture.content and (
-                node.payload.get("toolset") != "introspection" or self.capture.introspection
+                node.toolset != "introspection" or self.capture.introspection
             )
             if allowed and "output" in payload:
                 result = _json(groundswell.redact(payload["output"]))
@@ -393,7 +399,7 @@ class OTelSink:
 
     def _cache_hit_span(self, node: _Node, event: dict[str, Any], when: int | None) -> None:
         # A hit makes no model call; an INTERNAL chat span (no usage) shows where it stood.
-        model = str(node.payload.get("model") or "")
+        model = node.model or ""
         attrs: dict[str, Any] = {
             A.GEN_AI_OPERATION_NAME: A.OP_CHAT,
             A.GEN_AI_PROVIDER_NAME: A.PROVIDER_ANTHROPIC,

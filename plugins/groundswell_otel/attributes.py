@@ -68,7 +68,6 @@ KIND_TOOL = "TOOL"
 
 # -- groundswell.* ---------------------------------------------------------------------
 NODE_ID = "groundswell.node.id"
-NODE_TYPE = "groundswell.node.type"
 NODE_STATUS = "groundswell.node.status"
 RUN_ID = "groundswell.run.id"
 ATTEMPT = "groundswell.attempt"
