@@ -1,4 +1,4 @@
-"""Drawing event trees with ``rich``: colours on a terminal, the same lines as ``render()``.
+"""Drawing event trees with ``rich``: the lines of ``render()``, in colour on a terminal.
 
 Only the CLI and :meth:`EventTree.print` import this module, so ``import
 groundswell`` and running workflows never load ``rich``.
@@ -8,17 +8,17 @@ from __future__ import annotations
 
 from typing import IO, Any
 
-from rich.console import Console
+from rich.console import Console, Group
 from rich.text import Text
-from rich.tree import Tree
 
 from .tree import EventNode, EventTree, label_parts, label_separator
 
 __all__ = ["print_tree", "rich_tree"]
 
 
-def _text(node: EventNode) -> Text:
-    text = Text()
+def _line(prefix: str, node: EventNode) -> Text:
+    # no_wrap: a tree line stays one line (logs and grep rely on it), however long.
+    text = Text(prefix, style="dim", no_wrap=True, overflow="ignore")
     for i, (piece, style) in enumerate(label_parts(node)):
         if i:
             text.append(label_separator(i))
@@ -26,29 +26,35 @@ def _text(node: EventNode) -> Text:
     return text
 
 
-def rich_tree(tree: EventTree, *, max_nodes: int | None = None) -> Tree | Text:
-    """``tree`` as a rich renderable; ``max_nodes`` caps huge trees (the rest is counted)."""
+def rich_tree(tree: EventTree, *, max_nodes: int | None = None) -> Group:
+    """``tree`` as a rich renderable, line for line as ``render()``.
+
+    ``max_nodes`` caps huge trees (the rest is counted on a last line).
+    """
     if tree.root is None:
-        return Text("(empty tree)", style="dim")
-    top = Tree(_text(tree.root), guide_style="dim")
-    # Iterative, like every other traversal of the tree: deep trees must not recurse.
-    stack: list[tuple[EventNode, Tree]] = [(tree.root, top)]
-    shown = 1
+        return Group(Text("(empty tree)", style="dim"))
+    lines: list[Text] = []
+    # Iterative with explicit guides, like render(): any depth, no recursion.
+    stack: list[tuple[EventNode, str, str]] = [(tree.root, "", "")]
     while stack:
-        node, branch = stack.pop()
-        pending: list[tuple[EventNode, Tree]] = []
-        for child in node._children or ():
-            if max_nodes is not None and shown >= max_nodes:
-                branch.add(Text(f"… {len(tree) - shown} more nodes", style="dim"))
-                stack.clear()
-                pending.clear()
-                break
-            pending.append((child, branch.add(_text(child))))
-            shown += 1
-        stack.extend(reversed(pending))
-    return top
+        if max_nodes is not None and len(lines) >= max_nodes:
+            lines.append(Text(f"… {len(tree) - len(lines)} more nodes", style="dim"))
+            break
+        node, lead, child_lead = stack.pop()
+        lines.append(_line(lead, node))
+        kids = node._children or []
+        for i in range(len(kids) - 1, -1, -1):
+            last = i == len(kids) - 1
+            stack.append(
+                (
+                    kids[i],
+                    child_lead + ("└── " if last else "├── "),
+                    child_lead + ("    " if last else "│   "),
+                )
+            )
+    return Group(*lines)
 
 
 def print_tree(tree: EventTree, *, file: IO[str] | None = None, console: Any = None) -> None:
-    """Print ``tree`` with rich (plain text when the output is not a terminal)."""
-    (console or Console(file=file, highlight=False)).print(rich_tree(tree))
+    """Print ``tree`` with rich: colours on a terminal, the plain lines when piped."""
+    (console or Console(file=file, highlight=False, soft_wrap=True)).print(rich_tree(tree))

@@ -118,6 +118,7 @@ class _Tools:
         if isinstance(item, Tool | _MCPTool):
             definition = item.definition()
             self.handlers[item.name] = item
+            toolset = toolset or getattr(item, "toolset", None)
             if toolset is not None:
                 self.toolsets[item.name] = toolset
         elif isinstance(item, Mapping):

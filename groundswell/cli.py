@@ -66,18 +66,25 @@ def _cmd_plugins(args: argparse.Namespace) -> int:
 
 def _load_trees(path: str) -> list[EventTree]:
     file = Path(path)
+    if file.is_dir():
+        raise CLIError(f"{path} is a directory; give a .jsonl log or a .json tree in it")
     if not file.is_file():
         raise CLIError(f"no such file: {path}")
     try:
         if file.suffix == ".json":
-            return [EventTree.from_json(json.loads(file.read_text(encoding="utf-8")))]
-        return EventTree.load_all(file)
-    except (ValueError, KeyError, TypeError) as exc:
+            trees = [EventTree.from_json(json.loads(file.read_text(encoding="utf-8")))]
+        else:
+            trees = EventTree.load_all(file)
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
         raise CLIError(f"{path} is not a Groundswell trace: {exc}") from exc
+    if not trees:
+        raise CLIError(f"{path} holds no runs (is the file empty?)")
+    return trees
 
 
 def _console() -> Console:
-    return Console(highlight=False)
+    # soft_wrap: one tree line stays one line, however narrow the terminal.
+    return Console(highlight=False, soft_wrap=True)
 
 
 def _dump(record: dict[str, Any]) -> str:
@@ -202,8 +209,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 print(f"error: {exc}", file=sys.stderr)
     finally:
         manager.unregister(plugin_name)
+    save_error = None
     if args.save:
-        result.tree.save(args.save)
+        try:
+            result.tree.save(args.save)
+        except OSError as exc:
+            # Reported after the tree: the run itself is not lost.
+            save_error = f"cannot save the trace to {args.save}: {exc.strerror or exc}"
     if args.json:
         print(
             json.dumps(
@@ -219,6 +231,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         console.print(rich_tree(result.tree))
         if result.status is NodeStatus.COMPLETED:
             console.print(f"\noutput: {result.output!r}", markup=False)
+    if save_error is not None:
+        raise CLIError(save_error)
     return 0 if result.status is NodeStatus.COMPLETED else 1
 
 
@@ -264,6 +278,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
+    except BrokenPipeError:
+        # The reader went away (`groundswell run ... --jsonl | head`): stop quietly.
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except PluginError as exc:
         # Strict mode (GROUNDSWELL_STRICT_PLUGINS=1) turned a plugin problem into an error.
         print(f"groundswell: plugin error: {exc}", file=sys.stderr)

@@ -23,9 +23,9 @@ logger = logging.getLogger("groundswell.sinks")
 
 EventKind = Literal["node_start", "node_end", "node_event"]
 
-# Enough for a burst of ~5,000 steps while a sink catches up; beyond that the
+# Enough for a burst of ~25,000 nodes while a sink catches up; beyond that the
 # sink is too slow to keep up and dropping beats unbounded memory.
-QUEUE_SIZE = 10_000
+QUEUE_SIZE = 50_000
 # How long an idle worker sleeps before looking for events (a live view's lag),
 # and the backlog that wakes it early.
 POLL_S = 0.02
@@ -65,6 +65,10 @@ class Sink(Protocol):
         """Flush and release resources; called once at shutdown."""
 
 
+# A sink may also define ``flush()``: the hub calls it whenever the sink's queue
+# has run empty, so a sink can batch its I/O (write many events, sync once).
+
+
 class _Stop:
     pass
 
@@ -96,6 +100,8 @@ class _SinkWorker:
         self._events: collections.deque[Event | _Stop | _Marker] = collections.deque()
         self._wake = threading.Condition(threading.Lock())
         self._sleeping = False
+        drained = getattr(sink, "flush", None)
+        self._drained = drained if callable(drained) else None
         self._thread = threading.Thread(
             target=self._run, name=f"groundswell-sink-{name}", daemon=True
         )
@@ -125,10 +131,15 @@ class _SinkWorker:
 
     def _run(self) -> None:
         events = self._events
+        pending = False  # events handled since the sink's flush() last ran
         while True:
             try:
                 item = events.popleft()
             except IndexError:
+                if pending and self._drained is not None:
+                    pending = False
+                    self._call(self._drained)
+                    continue
                 with self._wake:
                     self._sleeping = True
                     # Checked again under the lock: an event appended just before
@@ -138,23 +149,32 @@ class _SinkWorker:
                     self._sleeping = False
                 continue
             if isinstance(item, _Marker):
+                if pending and self._drained is not None:
+                    pending = False
+                    self._call(self._drained)
                 item.done.set()
                 continue
             if isinstance(item, _Stop):
                 return
-            try:
-                self.sink.handle(item)
+            if self._call(self.sink.handle, item):
                 self.delivered += 1
-            except BaseException as exc:  # even SystemExit: a sink must never reach the run
-                self.errors += 1
-                if not self._reported_error:
-                    self._reported_error = True
-                    logger.warning(
-                        "event sink %r raised %s: %s (reported once; the run goes on)",
-                        self.name,
-                        type(exc).__name__,
-                        exc,
-                    )
+                pending = True
+
+    def _call(self, fn: Any, *args: Any) -> bool:
+        try:
+            fn(*args)
+            return True
+        except BaseException as exc:  # even SystemExit: a sink must never reach the run
+            self.errors += 1
+            if not self._reported_error:
+                self._reported_error = True
+                logger.warning(
+                    "event sink %r raised %s: %s (reported once; the run goes on)",
+                    self.name,
+                    type(exc).__name__,
+                    exc,
+                )
+            return False
 
     def flush(self, deadline: float) -> bool:
         if not self._thread.is_alive():
@@ -222,12 +242,15 @@ class SinkHub:
         return all(w.flush(deadline) for w in self._workers)
 
     def close(self, timeout: float = 5.0) -> None:
-        """Flush, stop the workers and close every sink (also run at interpreter exit)."""
-        deadline = time.monotonic() + timeout
+        """Flush, stop the workers and close every sink (also run at interpreter exit).
+
+        Each sink gets ``timeout`` seconds of its own, so one slow sink cannot
+        use up the time another needs to flush.
+        """
         with self._lock:
             workers, self._workers = self._workers, []
         for worker in workers:
-            worker.close(deadline)
+            worker.close(time.monotonic() + timeout)
 
     def stats(self) -> dict[str, dict[str, int]]:
         """Per sink: events delivered, errors raised, events dropped."""

@@ -83,7 +83,11 @@ class PluginManager:
         self._pm.add_hookspecs(hookspecs)
         self._infos: dict[str, PluginInfo] = {}
         self._hub: SinkHub | None = None
-        self._sinks_stale = True
+        # Bumped whenever the set of sinks may have changed; a hub is current when
+        # it was synced at the latest generation (set only after the sync finished,
+        # so other threads wait for a sync in progress instead of skipping it).
+        self._sinks_gen = 1
+        self._synced_gen = 0
         self._lock = threading.RLock()
         #: Problems that belong to no plugin (e.g. an allow-list naming nothing installed).
         self.warnings: list[str] = []
@@ -168,7 +172,7 @@ class PluginManager:
             self._infos.pop(name, None)
             if self._pm.has_plugin(name):
                 self._pm.unregister(name=name)
-            self._sinks_stale = True
+            self._sinks_gen += 1
             if self._hub is not None:
                 self._sync_sinks(self._hub)
 
@@ -188,7 +192,7 @@ class PluginManager:
             self._report(info, f"registration failed: {exc}", exc)
             return False
         info.hooks = sorted(c.name for c in self._pm.get_hookcallers(plugin) or [])
-        self._sinks_stale = True
+        self._sinks_gen += 1
         return True
 
     def _report(self, info: PluginInfo, message: str, exc: BaseException | None = None) -> None:
@@ -286,18 +290,18 @@ class PluginManager:
         restarts it.
         """
         hub = self._hub
-        if hub is not None and not self._sinks_stale:
+        if hub is not None and self._synced_gen == self._sinks_gen:
             return hub
         with self._lock:
             if self._hub is None:
                 self._hub = SinkHub()
                 atexit.register(self._hub.close)
-            if self._sinks_stale:
+            if self._synced_gen != self._sinks_gen:
                 self._sync_sinks(self._hub)
             return self._hub
 
     def _sync_sinks(self, hub: SinkHub) -> None:
-        self._sinks_stale = False
+        generation = self._sinks_gen
         records, owners = self._collect_owned("register_event_sinks", EventSink)
         for name in hub.names():
             if name not in records:
@@ -319,6 +323,8 @@ class PluginManager:
                 self._report(info, f"event sink {name!r} failed to start: {exc}", exc)
                 continue
             hub.add(name, sink)
+        # Only now: a factory that raised (strict mode) leaves the hub due for a resync.
+        self._synced_gen = generation
 
     def refresh_sinks(self, *names: str, timeout: float = 5.0) -> None:
         """Restart the named sinks (all when none are named): their factories run again.
@@ -333,12 +339,12 @@ class PluginManager:
             for name in names or tuple(hub.names()):
                 if name in hub.names():
                     hub.remove(name, timeout)
-        self._sinks_stale = True
+        self._sinks_gen += 1
 
     def close(self, timeout: float = 5.0) -> None:
         """Flush and close every event sink."""
         hub, self._hub = self._hub, None
-        self._sinks_stale = True
+        self._sinks_gen += 1
         if hub is not None:
             hub.close(timeout)
 

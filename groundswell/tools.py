@@ -84,6 +84,7 @@ class Tool:
         description: str | None = None,
         input_schema: dict[str, Any] | None = None,
         cache: Any = None,
+        toolset: str | None = None,
     ) -> None:
         if not callable(fn):
             raise ToolError(f"a tool needs a callable, got {type(fn).__name__}")
@@ -95,6 +96,8 @@ class Tool:
         self.fn = fn
         #: A groundswell.ToolCachePolicy to cache this tool's results (deterministic tools only).
         self.cache = cache
+        #: The named toolset this tool belongs to (recorded on its tool-call nodes).
+        self.toolset = toolset
         self.name: str = name or str(getattr(fn, "__name__", ""))
         if not _NAME.match(self.name):
             raise ToolError(

@@ -100,6 +100,8 @@ def test_failed_run_exits_one_and_still_shows_the_tree(project: Path) -> None:
         (["run", "flows:not_a_workflow"], "is a int, not a Workflow"),
         (["run", "flows:missing"], "has no attribute 'missing'"),
         (["tree", "missing.jsonl"], "no such file"),
+        (["tree", "."], "is a directory"),
+        (["run", "flows:greet", "x", "--save", "no/such/dir/t.jsonl"], "cannot save the trace"),
     ],
 )
 def test_bad_input_is_one_clear_line(project: Path, args: list[str], message: str) -> None:
@@ -150,3 +152,23 @@ def test_tree_prints_a_saved_trace_as_a_jsonl_event_log(project: Path) -> None:
     out = gs("tree", "t.jsonl", "--jsonl", cwd=project)
     assert out.returncode == 0
     assert out.stdout == (project / "t.jsonl").read_text()
+
+
+def test_an_empty_log_is_an_error_not_an_empty_tree(project: Path) -> None:
+    (project / "empty.jsonl").write_text("")
+    out = gs("tree", "empty.jsonl", cwd=project)
+    assert out.returncode == 2 and "holds no runs" in out.stderr
+
+
+def test_a_closed_pipe_ends_jsonl_output_quietly(project: Path) -> None:
+    shell = f"{sys.executable} -m groundswell.cli run flows:slow --jsonl | head -1"
+    out = subprocess.run(
+        ["bash", "-c", shell],
+        capture_output=True,
+        text=True,
+        cwd=project,
+        env={**os.environ, "PYTHONPATH": str(project)},
+        timeout=60,
+    )
+    assert json.loads(out.stdout)["kind"] == "node_start"
+    assert "Traceback" not in out.stderr and "BrokenPipe" not in out.stderr

@@ -99,3 +99,29 @@ def test_a_killed_process_leaves_a_log_that_still_loads(tmp_path: Path) -> None:
         timeout=60,
     )
     assert rendered.returncode == 0 and "✓ step two" in rendered.stdout
+
+
+async def test_late_events_of_a_finished_run_keep_no_file_open(trace_dir: Path) -> None:
+    release = asyncio.Event()
+
+    async def slow() -> str:
+        await release.wait()
+        return "late"
+
+    @workflow(name="outlived")
+    async def outlived(ctx: WorkflowContext) -> None:
+        await asyncio.gather(ctx.step("slow", slow), ctx.step("fail", lambda: 1 / 0))
+
+    with pytest.raises(groundswell.WorkflowError) as caught:
+        await outlived.run()
+    release.set()
+    await asyncio.sleep(0.05)
+    assert groundswell.flush_sinks()
+    sink = next(
+        w.sink for w in groundswell.get_plugin_manager().sink_hub()._workers if w.name == "jsonl"
+    )
+    assert sink._files == {}
+    result = caught.value.result
+    assert result is not None
+    tree = EventTree.load(trace_path(trace_dir, result.node.id))
+    assert tree.find(name="slow")[0].status is NodeStatus.COMPLETED

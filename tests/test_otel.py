@@ -9,6 +9,7 @@ from typing import Any
 
 import groundswell_otel
 import pytest
+from groundswell_introspection import Limits, toolset
 from groundswell_otel import RedactingSpanExporter
 from groundswell_otel import attributes as A
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -363,9 +364,11 @@ async def test_no_secret_reaches_any_span_even_with_content_on(
         """Connect to a host."""
         raise RuntimeError(f"login to {host} failed with {ctx.env['DB_PASSWORD']}")
 
-    def reveal(ctx: ToolContext) -> str:
+    def reveal(ctx: ToolContext) -> dict[str, str]:
         """Reveal configuration."""
-        return f"password is {ctx.env['DB_PASSWORD']}"
+        # Secret-looking keys inside a tool's result are found although the
+        # model gets the result as JSON text.
+        return {"note": f"password is {ctx.env['DB_PASSWORD']}", "api_key": "issued-key-0123456789"}
 
     fake = FakeAnthropicAPI(
         [
@@ -390,7 +393,7 @@ async def test_no_secret_reaches_any_span_even_with_content_on(
     found = spans(exporter)
     assert any(A.GEN_AI_TOOL_CALL_RESULT in s.attributes for s in found)  # content is on
     dump = everything(found)
-    for secret in (FAKE_API_KEY, ENV_SECRET, "plain-key-123456"):
+    for secret in (FAKE_API_KEY, ENV_SECRET, "plain-key-123456", "issued-key-0123456789"):
         assert secret not in dump
     assert "**********" in dump
 
@@ -398,10 +401,10 @@ async def test_no_secret_reaches_any_span_even_with_content_on(
 async def test_introspection_results_need_their_own_opt_in(
     exporter: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async def run_once() -> ReadableSpan:
+    async def run_once(tools: Any = ("introspection",)) -> ReadableSpan:
         exporter.clear()
         fake = FakeAnthropicAPI([tool_use("inspect_current_node", {}), text("seen")])
-        agent = Agent(name="curious", tools=["introspection"], client=fake.client())
+        agent = Agent(name="curious", tools=list(tools), client=fake.client())
 
         @workflow(name="look")
         async def look(ctx: WorkflowContext) -> str:
@@ -415,6 +418,12 @@ async def test_introspection_results_need_their_own_opt_in(
     tool = await run_once()
     assert tool.attributes[A.TOOLSET] == "introspection"
     assert A.GEN_AI_TOOL_CALL_ARGUMENTS in tool.attributes
+    assert A.GEN_AI_TOOL_CALL_RESULT not in tool.attributes
+
+    # Built with custom limits (tools=toolset(Limits(...))), the tools still count
+    # as introspection tools.
+    tool = await run_once(toolset(Limits(max_chars=500)))
+    assert tool.attributes[A.TOOLSET] == "introspection"
     assert A.GEN_AI_TOOL_CALL_RESULT not in tool.attributes
 
     monkeypatch.setenv(groundswell_otel.INTROSPECTION_ENV, "true")
@@ -474,3 +483,41 @@ async def test_a_failing_exporter_never_fails_the_run(
     finally:
         groundswell_otel.uninstrument()
     assert result.output == 8
+
+
+async def test_long_content_stays_valid_json(
+    exporter: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(groundswell_otel.CONTENT_ENV, "SPAN_ONLY")
+    groundswell.get_plugin_manager().refresh_sinks("otel")
+    long = "word " * 4000
+    fake = FakeAnthropicAPI([text(long)])
+    await Agent(name="verbose", system=long, client=fake.client()).run(long)
+    (agent_span,) = [s for s in spans(exporter) if s.name == "invoke_agent verbose"]
+    for key in (A.GEN_AI_INPUT_MESSAGES, A.GEN_AI_OUTPUT_MESSAGES, A.GEN_AI_SYSTEM_INSTRUCTIONS):
+        parts = json.loads(agent_span.attributes[key])
+        assert "truncated" in json.dumps(parts)
+
+
+async def test_work_that_outlives_its_run_keeps_its_span_until_it_ends(
+    exporter: InMemorySpanExporter,
+) -> None:
+    release = asyncio.Event()
+
+    async def slow() -> str:
+        await release.wait()
+        return "late"
+
+    @workflow(name="leaves-work")
+    async def leaves_work(ctx: WorkflowContext) -> None:
+        await asyncio.gather(ctx.step("slow", slow), ctx.step("fail", lambda: 1 / 0))
+
+    with pytest.raises(groundswell.WorkflowError):
+        await leaves_work.run()
+    for i in range(12):  # more finished runs than the sink keeps
+        await child.run(i)
+    release.set()
+    await asyncio.sleep(0.05)
+    (slow_span,) = [s for s in spans(exporter) if s.name == "step slow"]
+    assert slow_span.attributes[A.NODE_STATUS] == "completed"
+    assert A.INCOMPLETE not in slow_span.attributes

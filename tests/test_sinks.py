@@ -238,3 +238,78 @@ def test_stuck_sink_is_not_closed_under_its_own_feet(caplog: pytest.LogCaptureFi
         hub.close(timeout=0.1)
     assert closed == [] and "stuck in handle()" in caplog.text
     stuck.release.set()
+
+
+def test_runs_started_from_many_threads_at_once_all_reach_the_sinks(
+    add_sink: Callable[..., str],
+) -> None:
+    class SlowToStart(RecordingSink):
+        def __init__(self) -> None:
+            time.sleep(0.2)  # a factory importing something heavy
+            super().__init__()
+
+    sinks: list[RecordingSink] = []
+
+    def factory() -> RecordingSink:
+        sinks.append(SlowToStart())
+        return sinks[-1]
+
+    manager = groundswell.get_plugin_manager()
+
+    class Plugin:
+        @groundswell.hookimpl
+        def register_event_sinks(self) -> groundswell.EventSink:
+            return groundswell.EventSink(name="slow-start", factory=factory)
+
+    manager.register(Plugin(), name="plugin-slow-start")
+    try:
+        results = []
+
+        def run() -> None:
+            results.append(asyncio.run(observed.run()))
+
+        threads = [threading.Thread(target=run) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert manager.sink_hub().flush()
+        (sink,) = sinks
+        runs = {e.run_id for e in sink.events}
+        assert runs == {r.node.id for r in results} and len(runs) == 8
+    finally:
+        manager.unregister("plugin-slow-start")
+
+
+def test_one_slow_sink_does_not_use_up_the_time_another_needs_to_close() -> None:
+    class Slow(RecordingSink):
+        def handle(self, event: Event) -> None:
+            time.sleep(0.5)
+
+    slow, quick = Slow(), RecordingSink()
+    hub = SinkHub({"slow": slow, "quick": quick})
+    node = groundswell.EventNode("step", "x")
+    for _ in range(5):
+        hub.dispatch(Event("node_start", node, {}, "run"))
+    hub.close(timeout=0.3)
+    assert quick.closed and len(quick.events) == 5
+
+
+def test_a_sink_with_flush_is_flushed_whenever_it_has_caught_up() -> None:
+    class Buffered(RecordingSink):
+        def __init__(self) -> None:
+            super().__init__()
+            self.flushed_at: list[int] = []
+
+        def flush(self) -> None:
+            self.flushed_at.append(len(self.events))
+
+    sink = Buffered()
+    hub = SinkHub({"buffered": sink})
+    node = groundswell.EventNode("step", "x")
+    for _ in range(3):
+        hub.dispatch(Event("node_start", node, {}, "run"))
+    assert hub.flush()
+    # flush() ran after the three events, before hub.flush() returned.
+    assert sink.flushed_at and sink.flushed_at[-1] == 3
+    hub.close()

@@ -779,7 +779,7 @@ def _build(limits: Limits) -> list[Tool]:
         request_spawn_workflow,
         generate_dynamic_prompt,
     ]
-    return [Tool(fn) for fn in functions]
+    return [Tool(fn, toolset="introspection") for fn in functions]
 
 
 _default: list[Tool] | None = None

@@ -2,9 +2,10 @@
 
 Set ``GROUNDSWELL_TRACE_DIR`` and each run is written, as it happens, to
 ``$GROUNDSWELL_TRACE_DIR/<start time>-<root name>-<run id>.jsonl`` (the run id
-is ``result.tree.root.id``). Lines are flushed as they are written, so a
-crashed process leaves a log that still loads: ``EventTree.load(path)`` (or
-``groundswell tree path``) rebuilds the tree after the process has gone.
+is ``result.tree.root.id``). Lines reach the file each time the sink has
+caught up with the run (every 20 ms or so while it runs), so a crashed process
+leaves a log that still loads: ``EventTree.load(path)`` (or ``groundswell tree
+path``) rebuilds the tree, as far as it got, after the process has gone.
 Without the variable the sink is off and costs nothing.
 """
 
@@ -46,6 +47,7 @@ class JsonlSink:
         self.directory.mkdir(parents=True, exist_ok=True)
         self._files: dict[str, IO[str]] = {}
         self._paths: OrderedDict[str, Path] = OrderedDict()
+        self._finished: set[str] = set()  # runs whose root ended (bounded with _paths)
 
     def _file(self, event: Event) -> IO[str]:
         run_id = event.run_id
@@ -61,17 +63,25 @@ class JsonlSink:
             path = self.directory / f"{stamp}-{_safe(str(name))}-{_safe(run_id)}.jsonl"
             self._paths[run_id] = path
             while len(self._paths) > _KEEP_PATHS:
-                self._paths.popitem(last=False)
+                self._finished.discard(self._paths.popitem(last=False)[0])
         f = self._files[run_id] = path.open("a", encoding="utf-8")
         return f
 
     def handle(self, event: Event) -> None:
+        run_id = event.run_id
         f = self._file(event)
         f.write(json.dumps(event.to_record(), separators=(",", ":")) + "\n")
-        # One flush per event: a crash loses at most the line being written.
-        f.flush()
-        if event.kind == "node_end" and event.data.get("id") == event.run_id:
-            self._files.pop(event.run_id).close()
+        if event.kind == "node_end" and event.data.get("id") == run_id:
+            self._finished.add(run_id)
+        if run_id in self._finished:
+            # The run is over (late events come from work that outlived it):
+            # keep no file open for it.
+            self._files.pop(run_id).close()
+
+    def flush(self) -> None:
+        """Push buffered lines to disk; the hub calls it whenever the sink has caught up."""
+        for f in self._files.values():
+            f.flush()
 
     def close(self) -> None:
         for f in self._files.values():

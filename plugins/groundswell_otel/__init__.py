@@ -29,6 +29,7 @@ Export runs on background threads: a failing exporter never fails a run.
 
 from __future__ import annotations
 
+import atexit
 import os
 import sys
 import threading
@@ -211,7 +212,16 @@ def instrument(
         manager.register(sys.modules[__name__], name=SINK_NAME)
     manager.refresh_sinks(SINK_NAME)
     _shutdown(previous)
+    # Exit hooks run last-registered first: registered now, this flush runs
+    # before the shutdown hook of the provider passed in (created earlier), so
+    # spans still queued in the sink reach it.
+    atexit.unregister(_flush_at_exit)
+    atexit.register(_flush_at_exit)
     return provider
+
+
+def _flush_at_exit() -> None:
+    groundswell.flush_sinks(3.0)
 
 
 def _shutdown(provider: APITracerProvider | None) -> None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -13,16 +11,7 @@ from opentelemetry.trace import Status
 
 import groundswell
 
-REDACTED = "**********"
-# Anthropic keys and bearer tokens, wherever they appear in text.
-_SECRET_TEXT = re.compile(r"sk-ant-[A-Za-z0-9_\-]{8,}|(?i:bearer\s+)[A-Za-z0-9._\-]{12,}")
-
-
-def _env_secrets() -> tuple[str, ...]:
-    # Values of this process's secret-looking variables (ANTHROPIC_API_KEY, *_TOKEN...):
-    # long enough that replacing them never mangles ordinary words.
-    found = {v for k, v in os.environ.items() if groundswell.is_secret_key(k) and len(v) >= 8}
-    return tuple(sorted(found, key=len, reverse=True))
+from ._text import REDACTED, clean_text, env_secrets
 
 
 class RedactingSpanExporter(SpanExporter):
@@ -38,14 +27,10 @@ class RedactingSpanExporter(SpanExporter):
 
     def __init__(self, inner: SpanExporter) -> None:
         self.inner = inner
-        self._env = _env_secrets()
+        self._env = env_secrets()
 
     def _text(self, text: str) -> str:
-        text = groundswell.redact(text)
-        for secret in self._env:
-            if secret in text:
-                text = text.replace(secret, REDACTED)
-        return _SECRET_TEXT.sub(REDACTED, text)
+        return clean_text(text, self._env)
 
     def _value(self, value: Any) -> Any:
         if isinstance(value, str):

@@ -13,16 +13,17 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, Span, SpanKind, Status, StatusCode
 
-import groundswell
 from groundswell import Event
 
 from . import attributes as A
+from ._text import clean, clean_text, env_secrets
 
 logger = logging.getLogger("groundswell.otel")
 
 # Finished runs whose span contexts are kept, so late children (background work
 # that outlives its run) still join the right trace.
 KEEP_FINISHED_RUNS = 8
+MAX_RUNS = 1_000
 CONTENT_LIMIT = 8_000
 CLOSE_FLUSH_MS = 3_000
 
@@ -64,15 +65,32 @@ _CONTENT_KEYS = (
 )
 
 
+def _version() -> str:
+    import groundswell
+
+    return groundswell.__version__
+
+
 def _ns(seconds: float | None) -> int | None:
     return None if seconds is None else int(seconds * 1e9)
 
 
+def _clip(value: Any) -> Any:
+    # Long texts are cut inside the structure, so the attribute stays valid JSON.
+    if isinstance(value, str):
+        if len(value) > CONTENT_LIMIT:
+            return f"{value[:CONTENT_LIMIT]}…[truncated {len(value) - CONTENT_LIMIT} chars]"
+        return value
+    if isinstance(value, dict):
+        return {k: _clip(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clip(v) for v in value]
+    return value
+
+
 def _json(value: Any) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, default=str)
-    if len(text) > CONTENT_LIMIT:
-        text = f"{text[:CONTENT_LIMIT]}…[truncated {len(text) - CONTENT_LIMIT} chars]"
-    return text
+    value = _clip(value)
+    return value if isinstance(value, str) else json.dumps(value, default=str)
 
 
 def _scalar_attributes(data: dict[str, Any]) -> dict[str, Any]:
@@ -124,9 +142,10 @@ class OTelSink:
         self.provider = provider
         self.capture = capture
         self._owned = owned
-        self._tracer = provider.get_tracer("groundswell", groundswell.__version__)
+        self._tracer = provider.get_tracer("groundswell", _version())
         self._runs: OrderedDict[str, _Run] = OrderedDict()
         self._closed = False
+        self._env = env_secrets()
 
     # -- event dispatch -----------------------------------------------------------
 
@@ -199,7 +218,7 @@ class OTelSink:
                 A.OPENINFERENCE_SPAN_KIND: A.KIND_CHAIN,
             }
             if content and "input" in payload:
-                attrs[A.INPUT_VALUE] = _json(groundswell.redact(payload["input"]))
+                attrs[A.INPUT_VALUE] = _json(self._clean(payload["input"]))
             return f"{A.OP_INVOKE_WORKFLOW} {name}", internal, attrs
         if node_type == "step":
             return f"step {name}", internal, {A.OPENINFERENCE_SPAN_KIND: A.KIND_CHAIN}
@@ -250,7 +269,7 @@ class OTelSink:
             if payload.get("toolset"):
                 attrs[A.TOOLSET] = str(payload["toolset"])
             if content and "input" in payload:
-                attrs[A.GEN_AI_TOOL_CALL_ARGUMENTS] = _json(groundswell.redact(payload["input"]))
+                attrs[A.GEN_AI_TOOL_CALL_ARGUMENTS] = _json(self._clean(payload["input"]))
             return f"{A.OP_EXECUTE_TOOL} {name}", internal, attrs
         if node_type == "reflection":
             attrs = {A.OPENINFERENCE_SPAN_KIND: A.KIND_CHAIN}
@@ -266,6 +285,9 @@ class OTelSink:
             return f"reflection {name}", internal, attrs
         return f"{node_type} {name}", internal, {A.OPENINFERENCE_SPAN_KIND: A.KIND_CHAIN}
 
+    def _clean(self, value: Any) -> Any:
+        return clean(value, self._env)
+
     def _content_event(self, span: Span, attrs: dict[str, Any], when: float | None) -> None:
         # SPAN_AND_EVENT: the content attributes are repeated as a span event, for
         # backends that index events rather than attributes.
@@ -274,13 +296,12 @@ class OTelSink:
             if content:
                 span.add_event(A.GEN_AI_CONTENT_EVENT, content, _ns(when))
 
-    @staticmethod
-    def _system(payload: dict[str, Any]) -> dict[str, Any]:
+    def _system(self, payload: dict[str, Any]) -> dict[str, Any]:
         # The agent settles its system prompt (skills included) after the node
         # starts, so it arrives with the end of the node.
         if not payload.get("system"):
             return {}
-        system = groundswell.redact(payload["system"])
+        system = self._clean(payload["system"])
         parts = (
             [{"type": "text", "content": system}]
             if isinstance(system, str)
@@ -290,9 +311,9 @@ class OTelSink:
 
     def _prompt_content(self, payload: dict[str, Any]) -> dict[str, Any]:
         attrs: dict[str, Any] = {}
-        user = groundswell.redact(payload.get("user") or "")
+        user = self._clean(payload.get("user") or "")
         data = payload.get("data")
-        extra = {"type": "text", "content": _json(groundswell.redact(data))} if data else {}
+        extra = {"type": "text", "content": _json(self._clean(data))} if data else {}
         attrs[A.GEN_AI_INPUT_MESSAGES] = _json(
             _messages("user", {"type": "text", "content": user}, extra)
         )
@@ -300,8 +321,8 @@ class OTelSink:
         return attrs
 
     def _end(self, run_id: str, data: dict[str, Any]) -> None:
-        run = self._run(run_id)
-        node = run.nodes.get(data["id"]) or self._find(data["id"])
+        run = self._runs.get(run_id)
+        node = (run.nodes.get(data["id"]) if run else None) or self._find(data["id"])
         if node is None:
             return  # started before this sink did: nothing to end
         status = data["status"]
@@ -331,7 +352,7 @@ class OTelSink:
             if self.capture.content:
                 attrs.update(self._system(payload))
             if self.capture.content and "output" in payload:
-                output = _json(groundswell.redact(payload["output"]))
+                output = _json(self._clean(payload["output"]))
                 attrs[A.GEN_AI_OUTPUT_MESSAGES] = _json(
                     _messages("assistant", {"type": "text", "content": output})
                 )
@@ -345,30 +366,30 @@ class OTelSink:
             if response.get("stop_reason"):
                 attrs[A.GEN_AI_RESPONSE_FINISH_REASONS] = [str(response["stop_reason"])]
             if self.capture.content and response:
-                parts = [{"type": "text", "content": groundswell.redact(response.get("text", ""))}]
+                parts = [{"type": "text", "content": self._clean(response.get("text", ""))}]
                 parts += [{"type": "tool_call", "name": t} for t in response.get("tool_calls", [])]
                 message = {"role": "assistant", "parts": parts}
                 if response.get("stop_reason"):
                     message["finish_reason"] = str(response["stop_reason"])
                 attrs[A.GEN_AI_OUTPUT_MESSAGES] = _json([message])
                 if response.get("text"):
-                    attrs[A.OUTPUT_VALUE] = str(groundswell.redact(response["text"]))
+                    attrs[A.OUTPUT_VALUE] = _json(self._clean(response["text"]))
         elif node.type in ("tool_call", "mcp_call"):
             allowed = self.capture.content and (
                 node.toolset != "introspection" or self.capture.introspection
             )
             if allowed and "output" in payload:
-                result = _json(groundswell.redact(payload["output"]))
+                result = _json(self._clean(payload["output"]))
                 attrs[A.GEN_AI_TOOL_CALL_RESULT] = result
                 attrs[A.OUTPUT_VALUE] = result
         elif node.type == "workflow" and self.capture.content and "output" in payload:
-            attrs[A.OUTPUT_VALUE] = _json(groundswell.redact(payload["output"]))
+            attrs[A.OUTPUT_VALUE] = _json(self._clean(payload["output"]))
         span.set_attributes(attrs)
         self._content_event(span, attrs, data.get("ended_at"))
         error = data.get("error")
         if status == "failed":
             error_type = str((error or {}).get("type") or "_OTHER")
-            error_message = str(groundswell.redact(str((error or {}).get("message") or "")))
+            error_message = clean_text(str((error or {}).get("message") or ""), self._env)
             span.set_attribute(A.ERROR_TYPE, error_type)
             span.add_event(
                 A.EXCEPTION_EVENT,
@@ -383,14 +404,15 @@ class OTelSink:
             self._finish_run(run_id)
 
     def _event(self, run_id: str, node_id: str, event: dict[str, Any]) -> None:
-        node = self._run(run_id).nodes.get(node_id) or self._find(node_id)
+        run = self._runs.get(run_id)
+        node = (run.nodes.get(node_id) if run else None) or self._find(node_id)
         if node is None:
             return
         kind = str(event.get("type"))
         when = _ns(event.get("timestamp"))
         if kind == "cache_hit" and node.type == "prompt" and node.span is not None:
             self._cache_hit_span(node, event, when)
-        attrs = _scalar_attributes(groundswell.redact(event))
+        attrs = _scalar_attributes(self._clean(event))
         if node.span is not None:
             node.span.add_event(kind, attrs, when)
         else:
@@ -439,6 +461,11 @@ class OTelSink:
         self._runs.move_to_end(run_id)
         finished = [rid for rid, r in self._runs.items() if r.finished]
         for rid in finished[:-KEEP_FINISHED_RUNS]:
+            old = self._runs[rid]
+            # A run whose work outlived it keeps its spans open until that work
+            # ends, unless far too many such runs pile up (hung background tasks).
+            if len(self._runs) <= MAX_RUNS and any(n.span is not None for n in old.nodes.values()):
+                continue
             self._close_run(self._runs.pop(rid))
 
     @staticmethod
