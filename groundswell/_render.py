@@ -34,24 +34,11 @@ def rich_tree(tree: EventTree, *, max_nodes: int | None = None) -> Group:
     if tree.root is None:
         return Group(Text("(empty tree)", style="dim"))
     lines: list[Text] = []
-    # Iterative with explicit guides, like render(): any depth, no recursion.
-    stack: list[tuple[EventNode, str, str]] = [(tree.root, "", "")]
-    while stack:
+    for lead, node in tree.guided(tree.root):
         if max_nodes is not None and len(lines) >= max_nodes:
             lines.append(Text(f"… {len(tree) - len(lines)} more nodes", style="dim"))
             break
-        node, lead, child_lead = stack.pop()
         lines.append(_line(lead, node))
-        kids = node._children or []
-        for i in range(len(kids) - 1, -1, -1):
-            last = i == len(kids) - 1
-            stack.append(
-                (
-                    kids[i],
-                    child_lead + ("└── " if last else "├── "),
-                    child_lead + ("    " if last else "│   "),
-                )
-            )
     return Group(*lines)
 
 

@@ -468,11 +468,17 @@ class EventTree:
             return "(empty tree)"
         first = self.get_node(start) if start else self.root
         assert first is not None
-        lines: list[str] = []
+        lines = [lead + _label(node) for lead, node in self.guided(first)]
+        return "\n".join(lines)
+
+    @staticmethod
+    def guided(first: EventNode) -> Iterator[tuple[str, EventNode]]:
+        """``(guide, node)`` pairs in walk order, the guide being the ``├── `` prefix
+        drawn before the node's line (iterative: any depth)."""
         stack: list[tuple[EventNode, str, str]] = [(first, "", "")]
         while stack:
             node, lead, child_lead = stack.pop()
-            lines.append(lead + _label(node))
+            yield lead, node
             kids = node._children or []
             for i in range(len(kids) - 1, -1, -1):
                 last = i == len(kids) - 1
@@ -483,7 +489,6 @@ class EventTree:
                         child_lead + ("    " if last else "│   "),
                     )
                 )
-        return "\n".join(lines)
 
     def __rich__(self) -> Any:
         """A coloured ``rich`` tree: ``rich.print(result.tree)``."""

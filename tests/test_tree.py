@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 from pathlib import Path
@@ -178,3 +179,14 @@ def test_replay_errors_say_what_is_wrong() -> None:
                                               "timestamp": 0, "parent_id": "gone"}}  # fmt: skip
     with pytest.raises(ValueError, match="names parent 'gone', which is not in the log"):
         EventTree.replay([orphan])
+
+
+def test_print_writes_exactly_the_render_lines_at_any_depth_and_width() -> None:
+    tree = EventTree()
+    parent = None
+    for i in range(40):  # deeper than rich's own tree widget draws
+        parent = tree.start_node(NodeType.STEP, f"step-{i}-" + "x" * 30, parent)
+    out = io.StringIO()
+    tree.print(file=out)
+    assert out.getvalue().rstrip("\n") == tree.render()
+    assert len(out.getvalue().splitlines()) == 40
