@@ -151,15 +151,20 @@ def _global_provider() -> APITracerProvider | None:
     return provider
 
 
-def _resolve() -> tuple[APITracerProvider | None, bool]:
-    if _config.provider is not None:
-        return _config.provider, _config.owned
+def _environment_provider() -> tuple[APITracerProvider | None, bool]:
+    """The global provider, else an OTLP one when the endpoint is set; and whether it is ours."""
     provider = _global_provider()
     if provider is not None:
         return provider, False
     if _otlp_endpoint():
         return _otlp_provider(), True
     return None, False
+
+
+def _resolve() -> tuple[APITracerProvider | None, bool]:
+    if _config.provider is not None:
+        return _config.provider, _config.owned
+    return _environment_provider()
 
 
 def _make_sink() -> OTelSink | None:
@@ -190,19 +195,16 @@ def instrument(
     """
     with _lock:
         previous = _config.provider if _config.owned else None
-        if tracer_provider is not None:
-            provider: APITracerProvider = tracer_provider
-            owned = False
-        elif (found := _global_provider()) is not None:
-            provider, owned = found, False
-        elif _otlp_endpoint():
-            provider, owned = _otlp_provider(), True
-        else:
+        found, owned = (
+            (tracer_provider, False) if tracer_provider is not None else _environment_provider()
+        )
+        if found is None:
             raise ConfigurationError(
                 "groundswell_otel.instrument() found no tracer provider: pass "
                 "tracer_provider=..., set a global one with "
                 "opentelemetry.trace.set_tracer_provider(), or set OTEL_EXPORTER_OTLP_ENDPOINT"
             )
+        provider: APITracerProvider = found
         _config.provider, _config.owned = provider, owned
         _config.capture_content = capture_content
         _config.capture_introspection = capture_introspection

@@ -13,6 +13,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, Span, SpanKind, Status, StatusCode
 
+import groundswell
 from groundswell import Event
 
 from . import attributes as A
@@ -63,12 +64,6 @@ _CONTENT_KEYS = (
     A.GEN_AI_TOOL_CALL_ARGUMENTS,
     A.GEN_AI_TOOL_CALL_RESULT,
 )
-
-
-def _version() -> str:
-    import groundswell
-
-    return groundswell.__version__
 
 
 def _ns(seconds: float | None) -> int | None:
@@ -142,7 +137,7 @@ class OTelSink:
         self.provider = provider
         self.capture = capture
         self._owned = owned
-        self._tracer = provider.get_tracer("groundswell", _version())
+        self._tracer = provider.get_tracer("groundswell", groundswell.__version__)
         self._runs: OrderedDict[str, _Run] = OrderedDict()
         self._closed = False
         self._env = env_secrets()
