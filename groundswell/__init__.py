@@ -6,6 +6,7 @@ import importlib.metadata as _metadata
 from typing import TYPE_CHECKING, Any
 
 from ._serialize import is_secret_key, redact, register_secret
+from .budget import TokenBudget, estimate_tokens
 from .cache import Cache, ToolCachePolicy, get_cache, invalidate, tool_cache_stats
 from .context import Frame, current_agent, current_frame, current_node, current_tree, record_event
 from .errors import (
@@ -22,8 +23,16 @@ from .errors import (
     WorkflowError,
 )
 from .events import Event, Sink, SinkHub
+from .extraction import Extract
 from .hooks import PromptBlocked
-from .hookspecs import CacheBackend, EventSink, ReflectionStrategy, ToolProvider, hookimpl
+from .hookspecs import (
+    CacheBackend,
+    EventSink,
+    ReflectionStrategy,
+    TokenCounter,
+    ToolProvider,
+    hookimpl,
+)
 from .plugins import PluginInfo, PluginManager, flush_sinks, get_plugin_manager
 from .prompt import Prompt, PromptOverrides, PromptTemplate, create_prompt
 from .reflection import (
@@ -74,6 +83,7 @@ __all__ = [
     "EventNode",
     "EventSink",
     "EventTree",
+    "Extract",
     "ExtractionError",
     "Frame",
     "GroundswellError",
@@ -102,7 +112,9 @@ __all__ = [
     "Skill",
     "StepTimeout",
     "StreamEvent",
+    "TokenBudget",
     "TokenBudgetExceeded",
+    "TokenCounter",
     "Tool",
     "ToolCachePolicy",
     "ToolContext",
@@ -120,6 +132,7 @@ __all__ = [
     "current_frame",
     "current_node",
     "current_tree",
+    "estimate_tokens",
     "flush_sinks",
     "get_cache",
     "get_plugin_manager",

@@ -19,6 +19,7 @@ import anthropic
 from pydantic import BaseModel
 
 from ._serialize import jsonable, register_secret
+from .budget import Enforcer, TokenBudget, _scope, check_budget
 from .cache import (
     Cache,
     ToolCachePolicy,
@@ -29,7 +30,14 @@ from .cache import (
     through_cache,
 )
 from .context import Frame, _frame, new_run_tree
-from .errors import ConfigurationError, MaxTurnsExceeded, ResponseValidationError, ToolError
+from .errors import (
+    ConfigurationError,
+    ExtractionError,
+    MaxTurnsExceeded,
+    ResponseValidationError,
+    ToolError,
+)
+from .extraction import Extract, extract_all
 from .hooks import HookRunner, PromptBlocked, blocked, specific
 from .model import api_error, build_request, call_model, is_retryable_stream_error, parse_output
 from .plugins import get_plugin_manager
@@ -102,6 +110,8 @@ class PromptResult(Generic[T]):
     usage: dict[str, int] = field(default_factory=dict)
     messages: list[dict[str, Any]] = field(default_factory=list)
     turns: int = 0
+    #: Values of the prompt's :class:`~groundswell.Extract` rules, by ``store_as``.
+    extracted: dict[str, Any] = field(default_factory=dict)
 
 
 class _Tools:
@@ -145,7 +155,8 @@ class Agent:
     ``top_p``, ``top_k``, ``stop_sequences``, ``metadata``, ``thinking``,
     ``betas``, ``container``, ``service_tier``, ``extra_headers``,
     ``extra_body``), plus ``mcps``, ``skills``, ``hooks``, ``env`` and
-    ``max_turns``. ``cache`` (a backend name or a :class:`~groundswell.Cache`)
+    ``max_turns``. ``token_budget`` (a :class:`~groundswell.TokenBudget`) caps
+    the input of every model turn. ``cache`` (a backend name or a :class:`~groundswell.Cache`)
     or ``enable_cache=True`` (the default backend) caches whole answers.
     ``enable_reflection=True`` (or ``reflection=ReflectionConfig(...)``) feeds
     a failed prompt's error back to the model and lets it answer again.
@@ -181,6 +192,7 @@ class Agent:
         extra_headers: Mapping[str, str] | None = None,
         extra_body: Mapping[str, Any] | None = None,
         max_turns: int = 20,
+        token_budget: TokenBudget | None = None,
         cache: str | Cache | None = None,
         enable_cache: bool = False,
         tool_cache: Mapping[str, ToolCachePolicy] | None = None,
@@ -219,6 +231,7 @@ class Agent:
             "hooks": dict(hooks or {}),
             "env": dict(env or {}),
             "max_turns": max_turns,
+            "token_budget": check_budget(token_budget, f"agent {name!r}"),
             # True means "the default backend" (GROUNDSWELL_CACHE, else lru).
             "cache": cache if cache is not None else (True if enable_cache else None),
         }
@@ -575,6 +588,8 @@ class Agent:
                     await parent_hooks.run("SubagentStop", {**subagent, "stop_hook_active": False})
         node.metrics["usage"] = usage
         node.metrics["turns"] = result.turns
+        if result.extracted and workflow is not None:
+            workflow.state.update(result.extracted)
         tree.end_node(node, NodeStatus.COMPLETED, output=result.output, record_output=True)
         result.tree, result.node, result.usage = tree, node, usage
         return result
@@ -640,6 +655,20 @@ class Agent:
                 messages.extend(retry.messages)
             if box is not None:
                 box["messages"], box["system"] = messages, system
+            budget = settings.get("token_budget") or _scope.get()
+            guard = None
+            if budget is not None:
+                if budget.per_step:
+                    budget = budget.for_step(_step_name(tree, node))
+                guard = Enforcer(
+                    budget,
+                    tree=tree,
+                    node=node,
+                    agent=self,
+                    client=client,
+                    model=settings["model"],
+                    max_tokens=settings["max_tokens"],
+                )
             run = _Conversation(
                 agent=self,
                 prompt=prompt,
@@ -656,6 +685,7 @@ class Agent:
                 remote_mcp=list(bridge.remote),
                 api_skills=api_skills,
                 messages=messages,
+                guard=guard,
             )
             cache = _cache_for(settings)
             if cache is None:
@@ -681,7 +711,15 @@ class Agent:
                 node=node,
             )
             if hit:
-                return PromptResult(output=output, tree=tree, node=node, messages=messages, turns=0)
+                extracted = _extract(prompt.rules, _output_text(output), tree, node)
+                return PromptResult(
+                    output=output,
+                    tree=tree,
+                    node=node,
+                    messages=messages,
+                    turns=0,
+                    extracted=extracted,
+                )
             return holder["result"]
 
     async def _model_turn(
@@ -1028,6 +1066,7 @@ class _Conversation:
     remote_mcp: list[dict[str, Any]]
     api_skills: list[Any]
     messages: list[dict[str, Any]]
+    guard: Enforcer | None = None
 
     def request(self) -> tuple[dict[str, Any], bool]:
         result: tuple[dict[str, Any], bool] = build_request(
@@ -1045,6 +1084,8 @@ class _Conversation:
         agent, tree, node, messages = self.agent, self.tree, self.node, self.messages
         stop_hook_active = False
         for turn in range(1, self.settings["max_turns"] + 1):
+            if self.guard is not None:
+                await self.guard.check(messages, self.system, self.tools.definitions)
             params, beta = self.request()
             message = await agent._model_turn(
                 self.client, params, beta, tree, node, self.usage, self.emit
@@ -1084,7 +1125,15 @@ class _Conversation:
                         f"the reply was cut off at max_tokens={self.settings['max_tokens']}; {exc}",
                     )
                 raise
-            return PromptResult(output=output, tree=tree, node=node, messages=messages, turns=turn)
+            extracted = _extract(self.prompt.rules, text, tree, node)
+            return PromptResult(
+                output=output,
+                tree=tree,
+                node=node,
+                messages=messages,
+                turns=turn,
+                extracted=extracted,
+            )
         why = (
             "a Stop hook kept blocking the end"
             if stop_hook_active
@@ -1094,6 +1143,49 @@ class _Conversation:
             f"agent {agent.name!r} did not finish within max_turns={self.settings['max_turns']} "
             f"model turns; raise max_turns or {why}"
         )
+
+
+def _extract(
+    rules: tuple[Extract, ...], text: str, tree: EventTree, node: EventNode
+) -> dict[str, Any]:
+    """Apply a prompt's extraction rules to its answer, as an ``extraction`` node."""
+    if not rules:
+        return {}
+    about = [
+        {
+            "store_as": r.store_as,
+            "pattern": r.regex.pattern,
+            "format": r.format,
+            "required": r.required,
+        }
+        for r in rules
+    ]
+    step = tree.start_node(NodeType.EXTRACTION, "extract", node, payload={"rules": about})
+    try:
+        values, misses = extract_all(rules, text)
+    except ExtractionError as exc:
+        tree.end_node(step, NodeStatus.FAILED, error=exc)
+        raise
+    for miss in misses:
+        tree.add_event(step, "extraction_missed", **miss)
+    node.payload["extracted"] = jsonable(values)
+    tree.end_node(step, NodeStatus.COMPLETED, output=values, record_output=True)
+    return values
+
+
+def _output_text(output: Any) -> str:
+    """The answer text behind a (cached) output: JSON for a structured answer."""
+    return output.model_dump_json() if isinstance(output, BaseModel) else str(output)
+
+
+def _step_name(tree: EventTree, node: EventNode) -> str | None:
+    """The name of the innermost step ``node`` runs in, if any."""
+    current = node
+    while current.parent_id is not None:
+        current = tree.get_node(current.parent_id)
+        if current.type is NodeType.STEP:
+            return current.name
+    return None
 
 
 def _cache_for(settings: Mapping[str, Any]) -> Cache | None:

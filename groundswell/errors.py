@@ -103,7 +103,12 @@ class StepTimeout(WorkflowError, TimeoutError):
 
 
 class TokenBudgetExceeded(GroundswellError):
-    """A request would exceed its token budget; ``breakdown`` counts tokens per part."""
+    """A request does not fit its token budget; ``breakdown`` counts tokens per part.
+
+    ``breakdown`` has ``system``, ``tools``, ``instruction`` (the first user
+    turn), ``assistant``, ``tool_results`` and ``user`` (other user turns),
+    plus ``total`` and ``limit``.
+    """
 
     def __init__(self, message: str, *, breakdown: dict[str, int] | None = None) -> None:
         super().__init__(message)
@@ -111,7 +116,17 @@ class TokenBudgetExceeded(GroundswellError):
 
 
 class ExtractionError(GroundswellError):
-    """A required :class:`~groundswell.Extract` rule matched nothing in the output."""
+    """A required :class:`~groundswell.Extract` rule found nothing usable in the answer.
+
+    ``store_as`` names the rule; ``raw`` is the answer text it searched.
+    """
+
+    def __init__(
+        self, message: str, *, raw: str | None = None, store_as: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.raw = raw
+        self.store_as = store_as
 
 
 class PluginError(GroundswellError):

@@ -20,6 +20,7 @@ __all__ = [
     "EventSink",
     "HookResult",
     "ReflectionStrategy",
+    "TokenCounter",
     "ToolProvider",
     "hookimpl",
     "hookspec",
@@ -71,6 +72,15 @@ class ToolProvider(_Record):
     """A named toolset: ``factory(**options)`` returns the tools an agent gets for that name."""
 
 
+@dataclass(frozen=True, slots=True)
+class TokenCounter(_Record):
+    """A token counter: ``factory()`` returns an object with ``async count(request) -> int``.
+
+    ``request`` is a :class:`groundswell.budget.CountRequest` (model, messages,
+    system, tools, and the calling agent's client).
+    """
+
+
 HookResult: TypeAlias = "_Record | Iterable[_Record] | None"
 
 
@@ -92,3 +102,8 @@ def register_event_sinks() -> HookResult:
 @hookspec
 def register_tool_providers() -> HookResult:
     """Return the :class:`ToolProvider` records this plugin adds."""
+
+
+@hookspec
+def register_token_counters() -> HookResult:
+    """Return the :class:`TokenCounter` records this plugin adds."""

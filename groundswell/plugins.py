@@ -20,6 +20,7 @@ import os
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any, TypeVar
 
 import pluggy
@@ -27,7 +28,7 @@ import pluggy
 from . import hookspecs
 from .errors import PluginError
 from .events import SinkHub
-from .hookspecs import CacheBackend, EventSink, ReflectionStrategy, ToolProvider
+from .hookspecs import CacheBackend, EventSink, ReflectionStrategy, TokenCounter, ToolProvider
 
 __all__ = ["PluginInfo", "PluginManager", "flush_sinks", "get_plugin_manager"]
 
@@ -41,7 +42,7 @@ _HOOK_RECORDS: dict[str, type[Any]] = {
     "register_event_sinks": EventSink,
     "register_tool_providers": ToolProvider,
 }
-R = TypeVar("R", CacheBackend, ReflectionStrategy, EventSink, ToolProvider)
+R = TypeVar("R", CacheBackend, ReflectionStrategy, EventSink, ToolProvider, TokenCounter)
 
 
 def _env_list(name: str) -> set[str] | None:
@@ -91,13 +92,17 @@ class PluginManager:
         self._lock = threading.RLock()
         #: Problems that belong to no plugin (e.g. an allow-list naming nothing installed).
         self.warnings: list[str] = []
-        # The kernel's own hook implementations (the ``feedback`` reflection strategy)
-        # register like any plugin, so every collector sees them, and no allow-list
-        # can switch them off.
-        from . import reflection
+        # The kernel's own hook implementations (the ``feedback`` reflection strategy,
+        # the ``estimate`` and ``anthropic`` token counters) register like any plugin,
+        # so every collector sees them, and no allow-list can switch them off.
+        from . import budget, reflection
 
+        kernel = SimpleNamespace(
+            register_reflection_strategies=reflection.register_reflection_strategies,
+            register_token_counters=budget.register_token_counters,
+        )
         self._infos[BUILTIN] = PluginInfo(name=BUILTIN, source="builtin")
-        self._register(reflection, self._infos[BUILTIN], always_raise=True)
+        self._register(kernel, self._infos[BUILTIN], always_raise=True)
 
     # -- loading -------------------------------------------------------------------
 
@@ -279,6 +284,10 @@ class PluginManager:
     def tool_providers(self) -> dict[str, ToolProvider]:
         """Tool providers by name."""
         return self._collect("register_tool_providers", ToolProvider)
+
+    def token_counters(self) -> dict[str, TokenCounter]:
+        """Token counters by name."""
+        return self._collect("register_token_counters", TokenCounter)
 
     # -- event sinks -----------------------------------------------------------------
 

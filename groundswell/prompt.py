@@ -15,8 +15,10 @@ from typing import Any, Generic, TypeVar
 from pydantic import BaseModel
 
 from ._canonical import canonical_json
+from .budget import TokenBudget, check_budget
 from .cache import Cache
 from .errors import ConfigurationError
+from .extraction import Extract, check_rules
 from .reflection import ReflectionConfig
 
 __all__ = ["Prompt", "PromptOverrides", "PromptTemplate", "create_prompt", "render_user"]
@@ -43,7 +45,7 @@ API_FIELDS = (
     "extra_body",
 )
 # Groundswell settings that travel with the API fields.
-LOOP_FIELDS = ("mcps", "skills", "hooks", "env", "max_turns")
+LOOP_FIELDS = ("mcps", "skills", "hooks", "env", "max_turns", "token_budget")
 
 
 def render_user(user: str, data: Any) -> str:
@@ -73,6 +75,8 @@ class Prompt(Generic[T]):
     is a pydantic model class (the agent returns a validated instance) or
     ``None`` (the agent returns the text). ``enable_reflection`` switches
     prompt-level reflection on (or off) for this prompt, whatever the agent says.
+    ``extract`` is an :class:`~groundswell.Extract` rule or a list of them,
+    applied to the answer text (see :mod:`groundswell.extraction`).
     """
 
     user: str
@@ -84,7 +88,11 @@ class Prompt(Generic[T]):
     skills: Sequence[Any] | None = None
     hooks: Mapping[str, Any] | None = None
     enable_reflection: bool | None = None
+    extract: Extract | Sequence[Extract] | None = None
     _rendered: str = dataclasses.field(default="", init=False, repr=False, compare=False)
+    _rules: tuple[Extract, ...] = dataclasses.field(
+        default=(), init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         if not isinstance(self.user, str) or not self.user.strip():
@@ -106,6 +114,12 @@ class Prompt(Generic[T]):
             raise ConfigurationError(f"Prompt.data cannot be rendered: {exc}") from exc
         # Rendering once here both validates data and spares every call the work.
         object.__setattr__(self, "_rendered", rendered)
+        object.__setattr__(self, "_rules", check_rules(self.extract))
+
+    @property
+    def rules(self) -> tuple[Extract, ...]:
+        """The extraction rules of ``extract``, as a tuple (empty when none)."""
+        return self._rules
 
     def with_(self, **changes: Any) -> Prompt[Any]:
         """A copy with ``changes`` applied (the original is unchanged)."""
@@ -124,7 +138,8 @@ class PromptOverrides:
     """Per-call settings that win over the prompt and the agent.
 
     Takes every Messages API request field by its API name, plus ``mcps``,
-    ``skills``, ``hooks``, ``env``, ``max_turns``, ``cache`` (a backend name or
+    ``skills``, ``hooks``, ``env``, ``max_turns``, ``token_budget`` (a
+    :class:`~groundswell.TokenBudget`), ``cache`` (a backend name or
     :class:`~groundswell.Cache`), ``disable_cache``, ``enable_reflection`` and
     ``reflection`` (a :class:`~groundswell.ReflectionConfig`).
     """
@@ -150,6 +165,7 @@ class PromptOverrides:
     hooks: Mapping[str, Any] | None = None
     env: Mapping[str, str] | None = None
     max_turns: int | None = None
+    token_budget: TokenBudget | None = None
     cache: Any = None
     disable_cache: bool | None = None
     enable_reflection: bool | None = None
@@ -166,6 +182,7 @@ class PromptOverrides:
                 "PromptOverrides.reflection must be a ReflectionConfig, "
                 f"got {type(self.reflection).__name__}"
             )
+        check_budget(self.token_budget, "PromptOverrides")
         if self.cache is not None and not isinstance(self.cache, str | Cache):
             raise ConfigurationError(
                 f"PromptOverrides.cache must be a backend name or a groundswell.Cache, "

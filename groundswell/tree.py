@@ -557,6 +557,10 @@ def label_parts(node: EventNode) -> list[tuple[str, str]]:
         if cached:
             tokens += f" ({cached} cached)"
         parts.append((tokens, "cyan"))
+    before, after = node.metrics.get("tokens_before"), node.metrics.get("tokens_after")
+    if isinstance(before, int):
+        shrunk = f"{before}→{after} tok" if isinstance(after, int) else f"{before} tok"
+        parts.append((shrunk, "cyan"))
     if "cache" in node.metrics:
         hit = node.metrics["cache"] == "hit"
         parts.append(("⚡ cache hit" if hit else "cache miss", "bold magenta" if hit else "dim"))

@@ -23,6 +23,7 @@ from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, cast, overload
 import pydantic
 
 from ._serialize import error_record, jsonable
+from .budget import TokenBudget, _scope, check_budget
 from .context import Frame, _frame, new_run_tree
 from .errors import ConfigurationError, StepTimeout, WorkflowError
 from .reflection import ReflectionAPI, ReflectionConfig, resolve_config, retry_step
@@ -173,6 +174,7 @@ class WorkflowContext:
         *,
         timeout: float | None = None,
         reflection: ReflectionConfig | bool | None = None,
+        token_budget: TokenBudget | None = None,
     ) -> R: ...
     @overload
     async def step(
@@ -182,6 +184,7 @@ class WorkflowContext:
         *,
         timeout: float | None = None,
         reflection: ReflectionConfig | bool | None = None,
+        token_budget: TokenBudget | None = None,
     ) -> R: ...
     @overload
     async def step(
@@ -191,6 +194,7 @@ class WorkflowContext:
         *,
         timeout: float | None = None,
         reflection: ReflectionConfig | bool | None = None,
+        token_budget: TokenBudget | None = None,
     ) -> R: ...
 
     async def step(
@@ -200,6 +204,7 @@ class WorkflowContext:
         *,
         timeout: float | None = None,
         reflection: ReflectionConfig | bool | None = None,
+        token_budget: TokenBudget | None = None,
     ) -> Any:
         """Run ``fn`` as a step named ``name`` and return its result.
 
@@ -215,6 +220,10 @@ class WorkflowContext:
         ``max_attempts``; the retry sees the reflection as
         ``ctx.reflection.last``. Only a callable can run again: a bare
         awaitable runs once.
+
+        ``token_budget`` applies to agent prompts inside the step that set no
+        budget of their own (see :class:`~groundswell.TokenBudget`); without
+        it, the enclosing budget's ``per_step`` entry for ``name`` applies.
         """
         if not isinstance(name, str) or not name:
             raise ConfigurationError(f"step name must be a non-empty string, got {name!r}")
@@ -230,6 +239,22 @@ class WorkflowContext:
                 f"step {name!r}: workflow {self.workflow.name!r} has already ended; "
                 "call ctx.step only while the workflow runs"
             )
+        budget = check_budget(token_budget, f"step {name!r}")
+        if budget is None:
+            scope = _scope.get()
+            if scope is not None and scope.per_step and name in scope.per_step:
+                budget = scope.per_step[name]
+        if budget is not None:
+            token = _scope.set(budget)
+            try:
+                return await self._step(name, fn, timeout, reflection)
+            finally:
+                _scope.reset(token)
+        return await self._step(name, fn, timeout, reflection)
+
+    async def _step(
+        self, name: str, fn: Any, timeout: float | None, reflection: ReflectionConfig | bool | None
+    ) -> Any:
         tree = self._tree
         frame = _frame.get()
         # Mount under what is running now (a step inside a step nests), unless the
@@ -408,7 +433,9 @@ class Workflow(Generic[P, T]):
     without naming one. ``enable_reflection=True`` (or ``reflection=
     ReflectionConfig(...)``) reflects on failed steps and runs them again;
     ``reflection_agent`` is the agent the ``llm`` strategy asks (without one,
-    the ``feedback`` strategy is used).
+    the ``feedback`` strategy is used). ``token_budget`` (a
+    :class:`~groundswell.TokenBudget`) applies to agent prompts in the run that
+    set no budget of their own; its ``per_step`` entries to those in named steps.
     """
 
     def __init__(
@@ -420,6 +447,7 @@ class Workflow(Generic[P, T]):
         enable_reflection: bool = False,
         reflection: ReflectionConfig | None = None,
         reflection_agent: Any = None,
+        token_budget: TokenBudget | None = None,
     ) -> None:
         if not inspect.iscoroutinefunction(executor):
             raise ConfigurationError(
@@ -446,6 +474,8 @@ class Workflow(Generic[P, T]):
             )
         #: The agent the ``llm`` strategy asks about failed steps (else ``feedback`` is used).
         self.reflection_agent = reflection_agent
+        #: The token budget for agent prompts in this run that set none of their own.
+        self.token_budget = check_budget(token_budget, label)
         self.__doc__ = executor.__doc__
 
     async def run(self, *args: P.args, **kwargs: P.kwargs) -> WorkflowResult[T]:
@@ -469,6 +499,7 @@ class Workflow(Generic[P, T]):
         if ctx.cache is None and outer is not None and outer.workflow is not None:
             ctx.cache = outer.workflow.cache
         token = _frame.set(Frame(tree, node, ctx))
+        scoped = _scope.set(self.token_budget) if self.token_budget is not None else None
         started = time.perf_counter()
         try:
             output = await self.executor(ctx, *args, **kwargs)
@@ -490,6 +521,8 @@ class Workflow(Generic[P, T]):
             raise _workflow_error(self.name, exc, result) from _root_cause(exc)
         finally:
             _frame.reset(token)
+            if scoped is not None:
+                _scope.reset(scoped)
         self._record_state(node, ctx)
         tree.end_node(node, NodeStatus.COMPLETED, output=output, record_output=True)
         return WorkflowResult(
@@ -612,6 +645,7 @@ def create_workflow(
     enable_reflection: bool = False,
     reflection: ReflectionConfig | None = None,
     reflection_agent: Any = None,
+    token_budget: TokenBudget | None = None,
 ) -> Workflow[P, T]:
     """Build a :class:`Workflow` at run time; it mounts wherever it is run."""
     return Workflow(
@@ -621,6 +655,7 @@ def create_workflow(
         enable_reflection=enable_reflection,
         reflection=reflection,
         reflection_agent=reflection_agent,
+        token_budget=token_budget,
     )
 
 
@@ -634,6 +669,7 @@ def workflow(
     enable_reflection: bool = False,
     reflection: ReflectionConfig | None = None,
     reflection_agent: Any = None,
+    token_budget: TokenBudget | None = None,
 ) -> Callable[[Callable[Concatenate[WorkflowContext, P], Awaitable[T]]], Workflow[P, T]]: ...
 
 
@@ -646,6 +682,7 @@ def workflow(
     enable_reflection: bool = False,
     reflection: ReflectionConfig | None = None,
     reflection_agent: Any = None,
+    token_budget: TokenBudget | None = None,
 ) -> Any:
     """Make a :class:`Workflow` from an async function: ``@workflow`` or ``@workflow(name=...)``.
 
@@ -657,6 +694,7 @@ def workflow(
         "enable_reflection": enable_reflection,
         "reflection": reflection,
         "reflection_agent": reflection_agent,
+        "token_budget": token_budget,
     }
     if fn is not None:
         return Workflow(fn, **options)

@@ -15,12 +15,14 @@ from groundswell import (
     EventSink,
     PluginManager,
     ReflectionStrategy,
+    TokenCounter,
     ToolProvider,
     WorkflowContext,
     hookimpl,
     hookspecs,
     workflow,
 )
+from groundswell.budget import CountRequest
 
 from .conftest import RecordingSink
 
@@ -133,12 +135,33 @@ def test_hook_register_tool_providers() -> None:
     assert providers["math"].factory() == ["add", "mul"]
 
 
+async def test_hook_register_token_counters() -> None:
+    class Words:
+        async def count(self, request: CountRequest) -> int:
+            return sum(len(str(m["content"]).split()) for m in request.messages)
+
+    class Plugin:
+        @hookimpl
+        def register_token_counters(self) -> TokenCounter:
+            return TokenCounter(name="words", factory=Words, description="one token a word")
+
+    manager = PluginManager()
+    manager.register(Plugin(), name="counter-plugin")
+    counters = manager.token_counters()
+    assert {"estimate", "anthropic", "words"} <= set(counters)
+    assert counters["words"].description == "one token a word"
+    request = CountRequest(model="m", messages=[{"role": "user", "content": "three small words"}])
+    assert await counters["words"].factory().count(request) == 3
+    assert await counters["estimate"].factory().count(request) > 3  # framing tokens too
+
+
 def test_every_hook_has_a_test_and_a_documented_signature() -> None:
     names = hook_names()
     assert names == [
         "register_cache_backends",
         "register_event_sinks",
         "register_reflection_strategies",
+        "register_token_counters",
         "register_tool_providers",
     ]
     module = sys.modules[__name__]

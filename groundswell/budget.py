@@ -1,0 +1,839 @@
+"""Token budgets and token counters.
+
+A :class:`TokenBudget` caps the input of every model turn of an agent's loop at
+``max_total - reserve_for_output`` tokens. Before each turn the request is
+counted; above ``warning_threshold`` of that limit a ``budget_warning`` event
+is recorded, and above the limit the budget's strategy makes the conversation
+fit (a ``budget`` node records what it did) or raises
+:class:`~groundswell.TokenBudgetExceeded`.
+
+The conversation of one prompt is the instruction (the first user turn) then
+*turns*: an assistant message with the user message that answers it (its
+tool results, or feedback). Strategies drop or summarize whole turns, so a
+``tool_use`` never loses its ``tool_result`` and the request always starts
+with the instruction, a user turn.
+
+Counters come from the ``register_token_counters`` hook. The kernel registers
+``estimate`` (offline, deterministic; the default) and ``anthropic`` (the
+API's ``messages.count_tokens``, exact, one extra request per turn).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from .errors import ConfigurationError, PluginError
+from .hookspecs import TokenCounter, hookimpl
+
+__all__ = [
+    "COUNTER_ENV",
+    "STRATEGIES",
+    "CountRequest",
+    "Counter",
+    "TokenBudget",
+    "estimate_message",
+    "estimate_request",
+    "estimate_tokens",
+    "get_counter",
+]
+
+Strategy = Literal["sliding_window", "prune_oldest", "summarize", "fail"]
+STRATEGIES: tuple[str, ...] = ("sliding_window", "prune_oldest", "summarize", "fail")
+#: Names the process-wide default counter (``estimate`` when unset).
+COUNTER_ENV = "GROUNDSWELL_TOKEN_COUNTER"
+
+
+@dataclass(frozen=True, kw_only=True)
+class TokenBudget:
+    """A cap on the input tokens of every model turn, and what to do above it.
+
+    ``max_total`` is the context the request may use in all; ``reserve_for_output``
+    is kept free for the answer (``None``: the request's ``max_tokens``), so
+    the input limit is ``max_total - reserve_for_output``. ``strategy`` is
+    ``sliding_window``, ``prune_oldest``, ``summarize`` or ``fail``.
+    ``warning_threshold`` is the fraction of the input limit at which a
+    ``budget_warning`` event is recorded. ``per_step`` maps step names to the
+    budget prompts inside that step use instead. ``summarizer`` (for
+    ``summarize``) is an :class:`~groundswell.Agent` or a model name (``None``:
+    the calling agent's model). ``keep_last_turns`` is how many recent turns
+    ``prune_oldest`` and ``summarize`` always keep. ``counter`` names a
+    registered token counter (``None``: ``GROUNDSWELL_TOKEN_COUNTER``, else
+    ``estimate``) or is a :class:`Counter`.
+    """
+
+    max_total: int
+    reserve_for_output: int | None = None
+    strategy: Strategy = "sliding_window"
+    warning_threshold: float = 0.8
+    per_step: Mapping[str, TokenBudget] | None = None
+    summarizer: Any = None
+    keep_last_turns: int = 3
+    counter: Any = None
+
+    def __post_init__(self) -> None:
+        def bad(what: str) -> ConfigurationError:
+            return ConfigurationError(f"TokenBudget: {what}")
+
+        if isinstance(self.max_total, bool) or not isinstance(self.max_total, int):
+            raise bad(f"max_total must be an int (tokens), got {self.max_total!r}")
+        if self.max_total < 1:
+            raise bad(f"max_total must be at least 1, got {self.max_total}")
+        reserve = self.reserve_for_output
+        if reserve is not None and (
+            isinstance(reserve, bool) or not isinstance(reserve, int) or reserve < 0
+        ):
+            raise bad(f"reserve_for_output must be an int >= 0 or None, got {reserve!r}")
+        if reserve is not None and reserve >= self.max_total:
+            raise bad(
+                f"reserve_for_output ({reserve}) must be less than max_total ({self.max_total}); "
+                "nothing would be left for the input"
+            )
+        if self.strategy not in STRATEGIES:
+            raise bad(f"strategy must be one of {', '.join(STRATEGIES)}; got {self.strategy!r}")
+        threshold = self.warning_threshold
+        if (
+            isinstance(threshold, bool)
+            or not isinstance(threshold, int | float)
+            or not 0 < threshold <= 1
+        ):
+            raise bad(f"warning_threshold must be a fraction in (0, 1], got {threshold!r}")
+        if self.per_step is not None:
+            if not isinstance(self.per_step, Mapping):
+                raise bad(
+                    f"per_step must map step names to TokenBudget, got {type(self.per_step).__name__}"
+                )
+            for step, inner in self.per_step.items():
+                if not isinstance(step, str) or not isinstance(inner, TokenBudget):
+                    raise bad(f"per_step[{step!r}] must be a TokenBudget keyed by a step name")
+        keep = self.keep_last_turns
+        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
+            raise bad(f"keep_last_turns must be an int >= 1, got {keep!r}")
+        summarizer = self.summarizer
+        if summarizer is not None and not (
+            isinstance(summarizer, str) or hasattr(summarizer, "prompt")
+        ):
+            raise bad(
+                "summarizer must be a groundswell.Agent or a model name, "
+                f"got {type(summarizer).__name__}"
+            )
+        if self.counter is not None and not isinstance(self.counter, str | Counter):
+            raise bad(
+                "counter must be a registered counter name (e.g. 'estimate', 'anthropic') "
+                f"or an object with async count(request), got {type(self.counter).__name__}"
+            )
+
+    def input_limit(self, max_tokens: int) -> int:
+        """The most input tokens a request may have, for a request asking ``max_tokens``."""
+        reserve = max_tokens if self.reserve_for_output is None else self.reserve_for_output
+        return max(0, self.max_total - reserve)
+
+    def for_step(self, step: str | None) -> TokenBudget:
+        """The budget for prompts in step ``step``: its ``per_step`` entry, else this one."""
+        if step is not None and self.per_step and step in self.per_step:
+            return self.per_step[step]
+        return self
+
+
+# The budget of the step or workflow code runs in (set by ctx.step / Workflow.run).
+_scope: ContextVar[TokenBudget | None] = ContextVar("groundswell_token_budget", default=None)
+
+
+def check_budget(value: Any, owner: str) -> TokenBudget | None:
+    """``value`` if it is a TokenBudget or None; a clear error otherwise."""
+    if value is None or isinstance(value, TokenBudget):
+        return value
+    raise ConfigurationError(
+        f"{owner}: token_budget must be a groundswell.TokenBudget, got {type(value).__name__}"
+    )
+
+
+# -- counting ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CountRequest:
+    """What a counter counts: one Messages API request's input.
+
+    ``client`` is the calling agent's ``anthropic.AsyncAnthropic`` (counters
+    that ask the API use it).
+    """
+
+    model: str
+    messages: Sequence[Mapping[str, Any]]
+    system: Any = None
+    tools: Sequence[Mapping[str, Any]] = ()
+    client: Any = None
+
+
+@runtime_checkable
+class Counter(Protocol):
+    """A token counter: the input tokens of a request."""
+
+    async def count(self, request: CountRequest) -> int:
+        """The number of input tokens ``request`` would use."""
+        ...
+
+
+# The estimator is a linear model over counts of simple text features, fitted
+# against a published byte-level BPE tokenizer of Claude on prose, code, JSON
+# and Markdown (see benchmarks/token_accuracy.py and docs/budgets.md for the
+# figures). Regex findall and str.count run in C, which keeps it at about
+# 10 MB/s; results are memoized per string.
+_WORDS = re.compile(r"[A-Za-z]+")
+_PUNCT = re.compile(r"[^\w\s]")
+_PUNCT_RUNS = re.compile(r"[^\w\s]+")
+_SPACE_RUNS = re.compile(r"  +")
+_DIGITS = "0123456789"
+_W_WORD, _W_PUNCT, _W_PUNCT_RUN, _W_DIGIT = 1.07, 0.14, 0.89, 1.18
+_W_NEWLINE, _W_SPACE_RUN, _W_NON_ASCII = 0.84, 0.24, 0.59
+# Fixed costs around content, from the API's documented message framing.
+_MESSAGE_OVERHEAD = 4
+_BLOCK_OVERHEAD = 3
+_IMAGE_TOKENS = 1_600  # the API's cap for an image of unknown size (about 1.15 megapixels)
+# The tool-use system prompt the API adds whenever tools are sent.
+_TOOLS_OVERHEAD = 346
+
+
+@lru_cache(maxsize=16_384)
+def _text_tokens(text: str) -> int:
+    if not text:
+        return 0
+    non_ascii = 0 if text.isascii() else len(text.encode("utf-8", "replace")) - len(text)
+    score = (
+        _W_WORD * len(_WORDS.findall(text))
+        + _W_PUNCT * len(_PUNCT.findall(text))
+        + _W_PUNCT_RUN * len(_PUNCT_RUNS.findall(text))
+        + _W_DIGIT * sum(map(text.count, _DIGITS))
+        + _W_NEWLINE * text.count("\n")
+        + _W_SPACE_RUN * len(_SPACE_RUNS.findall(text))
+        + _W_NON_ASCII * non_ascii
+    )
+    return max(1, int(score + 0.5))
+
+
+def estimate_tokens(value: Any) -> int:
+    """An offline estimate of the tokens in ``value`` (text, or anything JSON-like).
+
+    Deterministic and fast; within about 5% on English prose and code and
+    about 10% on JSON and Markdown of a real tokenizer (docs/budgets.md has
+    the measured figures). Use the ``anthropic`` counter for exact counts.
+    """
+    if isinstance(value, str):
+        return _text_tokens(value)
+    if value is None:
+        return 0
+    return _text_tokens(json.dumps(value, ensure_ascii=False, sort_keys=True, default=str))
+
+
+def _block_tokens(block: Any) -> int:
+    if isinstance(block, str):
+        return _text_tokens(block)
+    if not isinstance(block, Mapping):
+        return estimate_tokens(block)
+    kind = block.get("type")
+    if kind == "text":
+        return _BLOCK_OVERHEAD + _text_tokens(str(block.get("text", "")))
+    if kind == "tool_use" or kind == "server_tool_use" or kind == "mcp_tool_use":
+        return (
+            _BLOCK_OVERHEAD
+            + _text_tokens(str(block.get("name", "")))
+            + estimate_tokens(block.get("input") or {})
+        )
+    if kind == "tool_result" or kind == "mcp_tool_result":
+        content = block.get("content")
+        inner = (
+            _text_tokens(content)
+            if isinstance(content, str)
+            else sum(_block_tokens(b) for b in content or ())
+        )
+        return _BLOCK_OVERHEAD + inner
+    if kind == "image":
+        return _IMAGE_TOKENS
+    if kind == "thinking":
+        return _BLOCK_OVERHEAD + _text_tokens(str(block.get("thinking", "")))
+    return _BLOCK_OVERHEAD + estimate_tokens(dict(block))
+
+
+def estimate_message(message: Mapping[str, Any]) -> int:
+    """The estimated tokens of one message (``{"role", "content"}``)."""
+    content = message.get("content")
+    if isinstance(content, str):
+        return _MESSAGE_OVERHEAD + _text_tokens(content)
+    return _MESSAGE_OVERHEAD + sum(_block_tokens(b) for b in content or ())
+
+
+def _system_tokens(system: Any) -> int:
+    if not system:
+        return 0
+    if isinstance(system, str):
+        return _text_tokens(system)
+    return sum(_block_tokens(b) for b in system)
+
+
+def _tools_tokens(tools: Sequence[Mapping[str, Any]]) -> int:
+    if not tools:
+        return 0
+    return _TOOLS_OVERHEAD + sum(estimate_tokens(dict(t)) for t in tools)
+
+
+def estimate_request(request: CountRequest) -> int:
+    """The estimated input tokens of a whole request."""
+    return (
+        _system_tokens(request.system)
+        + _tools_tokens(request.tools)
+        + sum(estimate_message(m) for m in request.messages)
+    )
+
+
+class EstimateCounter:
+    """The default counter: :func:`estimate_request`, offline and deterministic."""
+
+    async def count(self, request: CountRequest) -> int:
+        """Estimated input tokens of ``request``."""
+        return estimate_request(request)
+
+
+class AnthropicCounter:
+    """Counts with the API's ``messages.count_tokens`` on the calling agent's client."""
+
+    async def count(self, request: CountRequest) -> int:
+        """Exact input tokens of ``request``, as the API counts them."""
+        if request.client is None:
+            raise ConfigurationError(
+                "the 'anthropic' token counter needs the agent's client; it counts only "
+                "inside an agent's prompt"
+            )
+        params: dict[str, Any] = {"model": request.model, "messages": list(request.messages)}
+        if request.system:
+            params["system"] = request.system
+        if request.tools:
+            params["tools"] = list(request.tools)
+        result = await request.client.messages.count_tokens(**params)
+        return int(result.input_tokens)
+
+
+@hookimpl
+def register_token_counters() -> tuple[TokenCounter, ...]:
+    """The kernel's own counters: ``estimate`` (default) and ``anthropic``."""
+    return (
+        TokenCounter("estimate", EstimateCounter, "offline estimate, deterministic (the default)"),
+        TokenCounter(
+            "anthropic", AnthropicCounter, "the API's messages.count_tokens (exact, online)"
+        ),
+    )
+
+
+_DEFAULT_COUNTER = EstimateCounter()
+
+
+def get_counter(choice: str | Counter | None = None) -> Counter:
+    """The counter ``choice`` names (``None``: ``GROUNDSWELL_TOKEN_COUNTER``, else ``estimate``)."""
+    if choice is not None and not isinstance(choice, str):
+        return choice
+    name = choice or os.environ.get(COUNTER_ENV) or "estimate"
+    if name == "estimate":  # the common case never touches the plugin registry
+        return _DEFAULT_COUNTER
+    from .plugins import get_plugin_manager
+
+    records = get_plugin_manager().token_counters()
+    record = records.get(name)
+    if record is None:
+        raise ConfigurationError(
+            f"no token counter named {name!r}; available: {sorted(records)}. "
+            "Install or enable the plugin that provides it, or use TokenBudget(counter=...)"
+        )
+    counter = record.factory()
+    if not isinstance(counter, Counter):
+        raise PluginError(
+            f"token counter {name!r}: its factory returned {type(counter).__name__}, "
+            "which has no async count(request)"
+        )
+    return counter
+
+
+# -- the conversation as turns -----------------------------------------------------------
+
+
+@dataclass
+class Turn:
+    """Messages ``start..end`` (exclusive) of a conversation: one assistant message and the
+    user messages after it. Removing whole turns keeps tool_use/tool_result pairs together."""
+
+    start: int
+    end: int
+    tokens: int
+    critical: bool = False
+    kinds: list[str] = field(default_factory=list)
+
+
+def split_turns(
+    messages: Sequence[Mapping[str, Any]], sizes: Sequence[int]
+) -> tuple[int, list[Turn]]:
+    """``(head, turns)``: the head is the instruction (the messages before the first
+    assistant message); each turn starts at an assistant message."""
+    head = 0
+    while head < len(messages) and messages[head].get("role") != "assistant":
+        head += 1
+    head = max(head, 1) if messages else 0
+    turns: list[Turn] = []
+    for i in range(head, len(messages)):
+        if messages[i].get("role") == "assistant" or not turns:
+            turns.append(Turn(i, i + 1, 0))
+        else:
+            turns[-1].end = i + 1
+        turns[-1].tokens += sizes[i]
+    for turn in turns:
+        turn.kinds, turn.critical = _describe(messages[turn.start : turn.end])
+    return head, turns
+
+
+def _describe(messages: Sequence[Mapping[str, Any]]) -> tuple[list[str], bool]:
+    """What a turn holds (for the budget node), and whether prune_oldest should keep it:
+    a failed tool call, or the model stating something in words (a decision or plan)."""
+    kinds: list[str] = []
+    critical = False
+    for message in messages:
+        content = message.get("content")
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content or []
+        for block in blocks:
+            if not isinstance(block, Mapping):
+                continue
+            kind = block.get("type")
+            if kind == "tool_use":
+                kinds.append(f"tool_use:{block.get('name')}")
+            elif kind == "tool_result":
+                failed = bool(block.get("is_error"))
+                kinds.append("tool_result:error" if failed else "tool_result")
+                critical = critical or failed
+            elif kind == "text":
+                kinds.append(f"{message.get('role')}_text")
+                if message.get("role") == "assistant" and str(block.get("text", "")).strip():
+                    critical = True
+            else:
+                kinds.append(str(kind))
+    return kinds, critical
+
+
+def breakdown(
+    system_tokens: int,
+    tools_tokens: int,
+    messages: Sequence[Mapping[str, Any]],
+    sizes: Sequence[int],
+    head: int,
+) -> dict[str, int]:
+    """Tokens per part of a request: system, tools, instruction, and the turns by kind."""
+    parts = {
+        "system": system_tokens,
+        "tools": tools_tokens,
+        "instruction": sum(sizes[:head]),
+        "assistant": 0,
+        "tool_results": 0,
+        "user": 0,
+    }
+    for message, size in zip(messages[head:], sizes[head:], strict=True):
+        if message.get("role") == "assistant":
+            parts["assistant"] += size
+        else:
+            content = message.get("content")
+            results = not isinstance(content, str) and any(
+                isinstance(b, Mapping) and b.get("type") == "tool_result" for b in content or ()
+            )
+            parts["tool_results" if results else "user"] += size
+    return parts
+
+
+def sliding_window(turns: Sequence[Turn], room: int) -> list[Turn]:
+    """The most recent turns whose tokens fit in ``room`` (contiguous from the end)."""
+    kept: list[Turn] = []
+    used = 0
+    for turn in reversed(turns):
+        if used + turn.tokens > room:
+            break
+        kept.append(turn)
+        used += turn.tokens
+    kept.reverse()
+    return kept
+
+
+def prune_oldest(turns: Sequence[Turn], room: int, keep_last: int) -> list[Turn]:
+    """Drop the oldest turns until the rest fit in ``room``: first those that are not
+    critical, then critical ones; the last ``keep_last`` turns are never dropped here."""
+    protected = set(range(max(0, len(turns) - keep_last), len(turns)))
+    alive = [True] * len(turns)
+    used = sum(t.tokens for t in turns)
+    for wanted_critical in (False, True):
+        for i, turn in enumerate(turns):
+            if used <= room:
+                break
+            if i in protected or turn.critical != wanted_critical:
+                continue
+            alive[i] = False
+            used -= turn.tokens
+    return [t for i, t in enumerate(turns) if alive[i]]
+
+
+SUMMARY_TAG = "earlier_turns_summary"
+SUMMARIZER_SYSTEM = (
+    "You condense the earlier part of a conversation between a user, an AI assistant and "
+    "its tools so that the conversation can go on without it. Keep every fact, result, "
+    "decision, error and open question a later turn may rely on, with names, numbers and "
+    "identifiers exact. Leave out repetition. Reply with the summary only."
+)
+_TRANSCRIPT_CLIP = 2_000
+
+
+def transcript(messages: Sequence[Mapping[str, Any]], previous: str | None = None) -> str:
+    """Messages as plain text for a summarizer (long tool results clipped)."""
+    lines: list[str] = []
+    if previous:
+        lines.append(f"[summary of still earlier turns]\n{previous}")
+    for message in messages:
+        role = str(message.get("role"))
+        content = message.get("content")
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content or []
+        for block in blocks:
+            if not isinstance(block, Mapping):
+                continue
+            kind = block.get("type")
+            if kind == "text":
+                lines.append(f"[{role}] {_clip(str(block.get('text', '')))}")
+            elif kind == "tool_use":
+                args = json.dumps(block.get("input") or {}, ensure_ascii=False, default=str)
+                lines.append(f"[{role} calls tool {block.get('name')}] {_clip(args)}")
+            elif kind == "tool_result":
+                inner = block.get("content")
+                text = (
+                    inner
+                    if isinstance(inner, str)
+                    else " ".join(
+                        str(b.get("text", "")) for b in inner or () if isinstance(b, Mapping)
+                    )
+                )
+                mark = "tool error" if block.get("is_error") else "tool result"
+                lines.append(f"[{mark}] {_clip(text)}")
+    return "\n\n".join(lines)
+
+
+def _clip(text: str) -> str:
+    if len(text) <= _TRANSCRIPT_CLIP:
+        return text
+    return f"{text[:_TRANSCRIPT_CLIP]} … [{len(text) - _TRANSCRIPT_CLIP} more characters]"
+
+
+def with_summary(first: Mapping[str, Any], summary: str) -> dict[str, Any]:
+    """The instruction message with the summary of earlier turns as its last text block
+    (replacing an older summary), so user and assistant turns still alternate."""
+    content = first.get("content")
+    blocks: list[Any] = (
+        [{"type": "text", "text": content}] if isinstance(content, str) else list(content or [])
+    )
+    blocks = [b for b in blocks if not _is_summary(b)]
+    blocks.append({"type": "text", "text": f"<{SUMMARY_TAG}>\n{summary}\n</{SUMMARY_TAG}>"})
+    return {**first, "content": blocks}
+
+
+def previous_summary(first: Mapping[str, Any]) -> str | None:
+    """The summary an earlier ``summarize`` left in the instruction message, if any."""
+    content = first.get("content")
+    if isinstance(content, str):
+        return None
+    for block in content or ():
+        if _is_summary(block):
+            text = str(block["text"])
+            return text.removeprefix(f"<{SUMMARY_TAG}>\n").removesuffix(f"\n</{SUMMARY_TAG}>")
+    return None
+
+
+def _is_summary(block: Any) -> bool:
+    return (
+        isinstance(block, Mapping)
+        and block.get("type") == "text"
+        and str(block.get("text", "")).startswith(f"<{SUMMARY_TAG}>")
+    )
+
+
+# -- enforcement ---------------------------------------------------------------------------
+
+
+class Enforcer:
+    """Checks one prompt's requests against its budget before every model turn."""
+
+    def __init__(
+        self,
+        budget: TokenBudget,
+        *,
+        tree: Any,
+        node: Any,
+        agent: Any,
+        client: Any,
+        model: str,
+        max_tokens: int,
+    ) -> None:
+        self.budget = budget
+        self.counter = get_counter(budget.counter)
+        self.exact = not isinstance(self.counter, EstimateCounter)
+        self.counter_name = (
+            budget.counter
+            if isinstance(budget.counter, str)
+            else type(budget.counter).__name__
+            if budget.counter is not None
+            else os.environ.get(COUNTER_ENV) or "estimate"
+        )
+        self.tree, self.node, self.agent, self.client = tree, node, agent, client
+        self.model = model
+        self.max_tokens = max_tokens
+        self.limit = budget.input_limit(max_tokens)
+        self.warned = False
+        self.stats = {"checks": 0, "enforcements": 0, "limit": self.limit, "peak_tokens": 0}
+        node.metrics["budget"] = self.stats
+        # Message dicts are never changed once in the conversation, so their
+        # estimates are kept by identity (the dict is held, so the id stays valid).
+        self._sizes: dict[int, tuple[Mapping[str, Any], int]] = {}
+
+    def _size(self, message: Mapping[str, Any]) -> int:
+        known = self._sizes.get(id(message))
+        if known is not None and known[0] is message:
+            return known[1]
+        size = estimate_message(message)
+        self._sizes[id(message)] = (message, size)
+        return size
+
+    async def check(
+        self, messages: list[dict[str, Any]], system: Any, tools: Sequence[Mapping[str, Any]]
+    ) -> None:
+        """Record a warning, or make ``messages`` fit (in place), or raise
+        :class:`~groundswell.TokenBudgetExceeded`."""
+        sizes = [self._size(m) for m in messages]
+        fixed = _system_tokens(system), _tools_tokens(tools)
+        estimate = fixed[0] + fixed[1] + sum(sizes)
+        total = await self._count(messages, system, tools, estimate)
+        self.stats["checks"] += 1
+        self.stats["last_tokens"] = total
+        self.stats["peak_tokens"] = max(self.stats["peak_tokens"], total)
+        if total <= self.limit:
+            threshold = self.budget.warning_threshold * self.limit
+            if total >= threshold and not self.warned:
+                self.warned = True
+                self.tree.add_event(
+                    self.node,
+                    "budget_warning",
+                    tokens=total,
+                    limit=self.limit,
+                    threshold=self.budget.warning_threshold,
+                    used=round(total / self.limit, 4) if self.limit else 1.0,
+                )
+            return
+        # Per-part figures come from the estimator, scaled to the counter's total
+        # when the counter is exact, so they add up to what was counted.
+        scale = total / estimate if estimate else 1.0
+        scaled = [max(1, round(s * scale)) for s in sizes]
+        fixed = round(fixed[0] * scale), round(fixed[1] * scale)
+        await self._enforce(messages, system, scaled, fixed, total)
+        self.warned = False  # the next crossing of the threshold is news again
+
+    async def _count(
+        self,
+        messages: list[dict[str, Any]],
+        system: Any,
+        tools: Sequence[Mapping[str, Any]],
+        estimate: int,
+    ) -> int:
+        if not self.exact:
+            return estimate
+        request = CountRequest(self.model, messages, system, list(tools), self.client)
+        try:
+            return int(await self.counter.count(request))
+        except Exception as exc:  # a counter outage must not stop the run: estimate instead
+            self.tree.add_event(
+                self.node,
+                "budget_counter_error",
+                counter=self.counter_name,
+                error=f"{type(exc).__name__}: {exc}",
+                fallback="estimate",
+            )
+            return estimate
+
+    async def _enforce(
+        self,
+        messages: list[dict[str, Any]],
+        system: Any,
+        sizes: list[int],
+        fixed: tuple[int, int],
+        total: int,
+    ) -> None:
+        from .errors import TokenBudgetExceeded
+        from .tree import NodeStatus, NodeType
+
+        budget, tree = self.budget, self.tree
+        self.stats["enforcements"] += 1
+        head, turns = split_turns(messages, sizes)
+        parts = breakdown(fixed[0], fixed[1], messages, sizes, head)
+        node = tree.start_node(
+            NodeType.BUDGET,
+            budget.strategy,
+            self.node,
+            payload={
+                "strategy": budget.strategy,
+                "counter": self.counter_name,
+                "limit": self.limit,
+                "max_total": budget.max_total,
+                "reserve_for_output": self.max_tokens
+                if budget.reserve_for_output is None
+                else budget.reserve_for_output,
+                "breakdown": parts,
+            },
+            trusted=True,
+        )
+        node.metrics["tokens_before"] = total
+        try:
+            room = self.limit - fixed[0] - fixed[1] - parts["instruction"]
+            if budget.strategy == "fail":
+                raise self._exceeded(parts, total, None)
+            if budget.strategy == "sliding_window":
+                kept = sliding_window(turns, room)
+            elif budget.strategy == "prune_oldest":
+                kept = prune_oldest(turns, room, budget.keep_last_turns)
+            else:
+                kept, head_size = await self._summarize(messages, sizes, head, turns, room, node)
+                room = self.limit - fixed[0] - fixed[1] - head_size
+            used = sum(t.tokens for t in kept)
+            if (turns and (not kept or kept[-1] is not turns[-1])) or used > room:
+                raise self._exceeded(parts, total, budget.strategy)
+            removed = [t for t in turns if t not in kept]
+            keep = list(messages[:head]) + [m for t in kept for m in messages[t.start : t.end]]
+            after = self.limit - room + used
+            node.payload["removed"] = [
+                {"messages": [t.start, t.end], "tokens": t.tokens, "kinds": t.kinds}
+                for t in removed
+            ]
+            node.payload["kept_turns"] = len(kept)
+            messages[:] = keep
+        except TokenBudgetExceeded as exc:
+            tree.end_node(node, NodeStatus.FAILED, error=exc)
+            raise
+        except BaseException as exc:
+            tree.end_node_after(node, exc)
+            raise
+        node.metrics["tokens_after"] = after
+        self.stats["last_tokens"] = after
+        tree.end_node(node, NodeStatus.COMPLETED)
+
+    def _exceeded(self, parts: dict[str, int], total: int, strategy: str | None) -> Exception:
+        from .errors import TokenBudgetExceeded
+
+        detail = {**parts, "total": total, "limit": self.limit}
+        largest = max(parts, key=lambda k: parts[k])
+        budget = self.budget
+        reserve = (
+            self.max_tokens if budget.reserve_for_output is None else budget.reserve_for_output
+        )
+        why = (
+            f"the request needs {total} input tokens but the budget allows {self.limit} "
+            f"(max_total={budget.max_total} - reserve_for_output={reserve})"
+        )
+        if strategy is not None:
+            must = "the instruction and the latest turn"
+            if strategy == "prune_oldest":
+                must = (
+                    f"the instruction and the last {budget.keep_last_turns} turns it keeps "
+                    "(keep_last_turns)"
+                )
+            why = (
+                f"{strategy} cannot make the request fit: {must} alone exceed the "
+                f"{self.limit}-token limit (the request had {total})"
+            )
+        return TokenBudgetExceeded(
+            f"agent {getattr(self.agent, 'name', '?')!r}: {why}; largest part: {largest} "
+            f"({parts[largest]}). Raise max_total, lower reserve_for_output or max_tokens, or "
+            "use a strategy that removes turns (sliding_window, prune_oldest, summarize)",
+            breakdown=detail,
+        )
+
+    async def _summarize(
+        self,
+        messages: list[dict[str, Any]],
+        sizes: list[int],
+        head: int,
+        turns: list[Turn],
+        room: int,
+        node: Any,
+    ) -> tuple[list[Turn], int]:
+        """Keep the latest turns that fit in three quarters of the room (at most
+        ``keep_last_turns``, at least the latest), and replace the turns before them
+        with a summary in the instruction message; returns the turns kept and the
+        new instruction's size."""
+        keep = self.budget.keep_last_turns
+        head_size = sum(sizes[:head])
+        # A quarter of the room is left for the summary itself.
+        recent = sliding_window(turns[-keep:], room - room // 4) or turns[-1:]
+        old = turns[: len(turns) - len(recent)]
+        if not old:
+            return sliding_window(turns, room), head_size
+        first = messages[head - 1]
+        earlier = [m for t in old for m in messages[t.start : t.end]]
+        summary = await self._ask_summarizer(transcript(earlier, previous_summary(first)), node)
+        if summary is None:
+            node.payload["fallback"] = "sliding_window: the summarizer failed"
+            return sliding_window(turns, room), head_size
+        messages[head - 1] = with_summary(first, summary)
+        new_head = head_size - sizes[head - 1] + self._size(messages[head - 1])
+        node.payload["summarized_turns"] = len(old)
+        # The summary took the old turns' place; the recent turns must fit beside it.
+        return sliding_window(recent, room + head_size - new_head), new_head
+
+    async def _ask_summarizer(self, text: str, parent: Any) -> str | None:
+        from .context import Frame, _frame
+        from .prompt import Prompt
+        from .tree import NodeStatus, NodeType
+
+        summarizer = self._summarizer()
+        tree = self.tree
+        node = tree.start_node(
+            NodeType.SUMMARY,
+            getattr(summarizer, "name", "summarizer"),
+            parent,
+            payload={"model": summarizer.config.get("model")},
+        )
+        outer = _frame.get()
+        frame = _frame.set(Frame(tree, node, outer.workflow if outer else None))
+        # The summarizer's own prompt must not be squeezed by the budget it serves.
+        scope = _scope.set(None)
+        try:
+            result = await summarizer.run(
+                Prompt(
+                    user=f"{SUMMARIZER_SYSTEM}\n\n<turns>\n{text}\n</turns>",
+                    data=None,
+                )
+            )
+        except Exception as exc:
+            tree.end_node(node, NodeStatus.FAILED, error=exc)
+            tree.add_event(parent, "summarize_failed", error=f"{type(exc).__name__}: {exc}")
+            return None
+        finally:
+            _scope.reset(scope)
+            _frame.reset(frame)
+        summary = str(result.output).strip()
+        node.metrics["usage"] = dict(result.usage)
+        tree.end_node(node, NodeStatus.COMPLETED, output=summary, record_output=True)
+        return summary
+
+    def _summarizer(self) -> Any:
+        chosen = self.budget.summarizer
+        if chosen is not None and not isinstance(chosen, str):
+            return chosen
+        from .agent import Agent
+
+        return Agent(
+            name=f"{getattr(self.agent, 'name', 'agent')}:summarizer",
+            model=chosen or self.model,
+            system=SUMMARIZER_SYSTEM,
+            max_tokens=min(2_048, self.max_tokens),
+            client=self.client,
+        )
