@@ -53,7 +53,8 @@ def docs(session: nox.Session) -> None:
 @nox.session(python="3.11")
 def bench(session: nox.Session) -> None:
     """Run the benchmarks; results go to benchmarks/results/*.json."""
-    session.install("-e", ".")
+    # tokenizers reads the reference tokenizer of bench_token_accuracy.py.
+    session.install("-e", ".", "tokenizers")
     # Benchmarks measure the kernel alone; installed plugins would skew them.
     env = {"GROUNDSWELL_LOAD_PLUGINS": ""}
     for path in sorted(glob.glob("benchmarks/bench_*.py")):

@@ -361,7 +361,7 @@ def get_counter(choice: str | Counter | None = None) -> Counter:
 # -- the conversation as turns -----------------------------------------------------------
 
 
-@dataclass
+@dataclass(eq=False)
 class Turn:
     """Messages ``start..end`` (exclusive) of a conversation: one assistant message and the
     user messages after it. Removing whole turns keeps tool_use/tool_result pairs together."""
@@ -374,50 +374,61 @@ class Turn:
 
 
 def split_turns(
-    messages: Sequence[Mapping[str, Any]], sizes: Sequence[int]
+    messages: Sequence[Mapping[str, Any]],
+    sizes: Sequence[int],
+    memo: dict[int, tuple[Mapping[str, Any], list[str], bool]] | None = None,
 ) -> tuple[int, list[Turn]]:
     """``(head, turns)``: the head is the instruction (the messages before the first
-    assistant message); each turn starts at an assistant message."""
+    assistant message); each turn starts at an assistant message. ``memo`` keeps
+    each message's description between calls."""
     head = 0
     while head < len(messages) and messages[head].get("role") != "assistant":
         head += 1
     head = max(head, 1) if messages else 0
     turns: list[Turn] = []
     for i in range(head, len(messages)):
-        if messages[i].get("role") == "assistant" or not turns:
+        message = messages[i]
+        if message.get("role") == "assistant" or not turns:
             turns.append(Turn(i, i + 1, 0))
         else:
             turns[-1].end = i + 1
-        turns[-1].tokens += sizes[i]
-    for turn in turns:
-        turn.kinds, turn.critical = _describe(messages[turn.start : turn.end])
+        turn = turns[-1]
+        turn.tokens += sizes[i]
+        known = memo.get(id(message)) if memo is not None else None
+        if known is None or known[0] is not message:
+            known = (message, *_describe(message))
+            if memo is not None:
+                memo[id(message)] = known
+        turn.kinds.extend(known[1])
+        turn.critical = turn.critical or known[2]
     return head, turns
 
 
-def _describe(messages: Sequence[Mapping[str, Any]]) -> tuple[list[str], bool]:
-    """What a turn holds (for the budget node), and whether prune_oldest should keep it:
-    a failed tool call, or the model stating something in words (a decision or plan)."""
+def _describe(message: Mapping[str, Any]) -> tuple[list[str], bool]:
+    """What a message holds (for the budget node), and whether prune_oldest should keep
+    its turn: a failed tool call, or the model stating something in words (a decision
+    or a plan)."""
     kinds: list[str] = []
     critical = False
-    for message in messages:
-        content = message.get("content")
-        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content or []
-        for block in blocks:
-            if not isinstance(block, Mapping):
-                continue
-            kind = block.get("type")
-            if kind == "tool_use":
-                kinds.append(f"tool_use:{block.get('name')}")
-            elif kind == "tool_result":
-                failed = bool(block.get("is_error"))
-                kinds.append("tool_result:error" if failed else "tool_result")
-                critical = critical or failed
-            elif kind == "text":
-                kinds.append(f"{message.get('role')}_text")
-                if message.get("role") == "assistant" and str(block.get("text", "")).strip():
-                    critical = True
-            else:
-                kinds.append(str(kind))
+    role = message.get("role")
+    content = message.get("content")
+    blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content or []
+    for block in blocks:
+        if not isinstance(block, Mapping):
+            continue
+        kind = block.get("type")
+        if kind == "tool_use":
+            kinds.append(f"tool_use:{block.get('name')}")
+        elif kind == "tool_result":
+            failed = bool(block.get("is_error"))
+            kinds.append("tool_result:error" if failed else "tool_result")
+            critical = critical or failed
+        elif kind == "text":
+            kinds.append(f"{role}_text")
+            if role == "assistant" and str(block.get("text", "")).strip():
+                critical = True
+        else:
+            kinds.append(str(kind))
     return kinds, critical
 
 
@@ -466,7 +477,7 @@ def prune_oldest(turns: Sequence[Turn], room: int, keep_last: int) -> list[Turn]
     """Drop the oldest turns until the rest fit in ``room``: first those that are not
     critical, then critical ones; the last ``keep_last`` turns are never dropped here."""
     protected = set(range(max(0, len(turns) - keep_last), len(turns)))
-    alive = [True] * len(turns)
+    alive = [True] * len(turns)  # by position: turns compare by identity
     used = sum(t.tokens for t in turns)
     for wanted_critical in (False, True):
         for i, turn in enumerate(turns):
@@ -596,6 +607,7 @@ class Enforcer:
         # Message dicts are never changed once in the conversation, so their
         # estimates are kept by identity (the dict is held, so the id stays valid).
         self._sizes: dict[int, tuple[Mapping[str, Any], int]] = {}
+        self._described: dict[int, tuple[Mapping[str, Any], list[str], bool]] = {}
 
     def _size(self, message: Mapping[str, Any]) -> int:
         known = self._sizes.get(id(message))
@@ -673,7 +685,7 @@ class Enforcer:
 
         budget, tree = self.budget, self.tree
         self.stats["enforcements"] += 1
-        head, turns = split_turns(messages, sizes)
+        head, turns = split_turns(messages, sizes, self._described)
         parts = breakdown(fixed[0], fixed[1], messages, sizes, head)
         node = tree.start_node(
             NodeType.BUDGET,
@@ -706,7 +718,8 @@ class Enforcer:
             used = sum(t.tokens for t in kept)
             if (turns and (not kept or kept[-1] is not turns[-1])) or used > room:
                 raise self._exceeded(parts, total, budget.strategy)
-            removed = [t for t in turns if t not in kept]
+            alive = {id(t) for t in kept}
+            removed = [t for t in turns if id(t) not in alive]
             keep = list(messages[:head]) + [m for t in kept for m in messages[t.start : t.end]]
             after = self.limit - room + used
             node.payload["removed"] = [

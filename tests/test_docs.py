@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import subprocess
@@ -56,3 +57,17 @@ def test_introspection_page_documents_every_tool_and_parameter() -> None:
         for parameter in tool.input_schema.get("properties", {}):
             assert f'"{parameter}"' in page, (tool.name, parameter)
     assert [t.name for t in toolset()] == list(TOOL_NAMES)
+
+
+def test_budgets_page_example_runs_and_shows_budget_nodes() -> None:
+    page = ROOT / "docs" / "budgets.md"
+    lines = run(python_block(page, 0))
+    assert lines[0] == "Done."
+    enforced = [line for line in lines if "budget sliding_window" in line]
+    assert enforced, lines
+    before, after = re.search(r"(\d+)→(\d+) tok", enforced[0]).groups()  # type: ignore[union-attr]
+    assert int(before) > 2_000 >= int(after)  # input limit: max_total 2,500 - 500 reserved
+    # Every other snippet on the page is at least valid Python.
+    blocks = re.findall(r"```python\n(.*?)```", page.read_text(), flags=re.S)
+    for block in blocks[1:]:
+        compile(block, str(page), "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
