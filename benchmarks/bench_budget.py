@@ -18,7 +18,8 @@ from typing import Any
 from _report import output_dir, write
 
 from groundswell import EventTree, NodeType, TokenBudget
-from groundswell.budget import Enforcer, _text_tokens, estimate_message, estimate_tokens
+from groundswell.budget import Enforcer
+from groundswell.tokens import _text_tokens, estimate_message, estimate_tokens
 
 
 def real_text() -> str:

@@ -6,7 +6,7 @@ import importlib.metadata as _metadata
 from typing import TYPE_CHECKING, Any
 
 from ._serialize import is_secret_key, redact, register_secret
-from .budget import TokenBudget, estimate_tokens
+from .budget import TokenBudget
 from .cache import Cache, ToolCachePolicy, get_cache, invalidate, tool_cache_stats
 from .context import Frame, current_agent, current_frame, current_node, current_tree, record_event
 from .errors import (
@@ -44,6 +44,7 @@ from .reflection import (
     Reflector,
     is_recoverable,
 )
+from .tokens import estimate_tokens
 from .tools import Skill, Tool, ToolContext
 from .tree import EventNode, EventTree, NodeStatus, NodeType
 from .workflow import Workflow, WorkflowContext, WorkflowResult, create_workflow, workflow

@@ -1,4 +1,4 @@
-"""Token budgets and token counters.
+"""Token budgets: a cap on the input of every model turn, and the strategies that keep to it.
 
 A :class:`TokenBudget` caps the input of every model turn of an agent's loop at
 ``max_total - reserve_for_output`` tokens. Before each turn the request is
@@ -13,41 +13,34 @@ tool results, or feedback). Strategies drop or summarize whole turns, so a
 ``tool_use`` never loses its ``tool_result`` and the request always starts
 with the instruction, a user turn.
 
-Counters come from the ``register_token_counters`` hook. The kernel registers
-``estimate`` (offline, deterministic; the default) and ``anthropic`` (the
-API's ``messages.count_tokens``, exact, one extra request per turn).
+Requests are counted by a counter of :mod:`groundswell.tokens`.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from functools import lru_cache
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal
 
-from .errors import ConfigurationError, PluginError
-from .hookspecs import TokenCounter, hookimpl
+from .errors import ConfigurationError
+from .tokens import (
+    COUNTER_ENV,
+    Counter,
+    CountRequest,
+    EstimateCounter,
+    _system_tokens,
+    _tools_tokens,
+    estimate_message,
+    get_counter,
+)
 
-__all__ = [
-    "COUNTER_ENV",
-    "STRATEGIES",
-    "CountRequest",
-    "Counter",
-    "TokenBudget",
-    "estimate_message",
-    "estimate_request",
-    "estimate_tokens",
-    "get_counter",
-]
+__all__ = ["STRATEGIES", "Enforcer", "TokenBudget"]
 
 Strategy = Literal["sliding_window", "prune_oldest", "summarize", "fail"]
 STRATEGIES: tuple[str, ...] = ("sliding_window", "prune_oldest", "summarize", "fail")
-#: Names the process-wide default counter (``estimate`` when unset).
-COUNTER_ENV = "GROUNDSWELL_TOKEN_COUNTER"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -154,210 +147,6 @@ def check_budget(value: Any, owner: str) -> TokenBudget | None:
     )
 
 
-# -- counting ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class CountRequest:
-    """What a counter counts: one Messages API request's input.
-
-    ``client`` is the calling agent's ``anthropic.AsyncAnthropic`` (counters
-    that ask the API use it).
-    """
-
-    model: str
-    messages: Sequence[Mapping[str, Any]]
-    system: Any = None
-    tools: Sequence[Mapping[str, Any]] = ()
-    client: Any = None
-
-
-@runtime_checkable
-class Counter(Protocol):
-    """A token counter: the input tokens of a request."""
-
-    async def count(self, request: CountRequest) -> int:
-        """The number of input tokens ``request`` would use."""
-        ...
-
-
-# The estimator is a linear model over counts of simple text features, fitted
-# against a published byte-level BPE tokenizer of Claude on prose, code, JSON
-# and Markdown (see benchmarks/token_accuracy.py and docs/budgets.md for the
-# figures). Regex findall and str.count run in C, which keeps it at about
-# 10 MB/s; results are memoized per string.
-_WORDS = re.compile(r"[A-Za-z]+")
-_PUNCT = re.compile(r"[^\w\s]")
-_PUNCT_RUNS = re.compile(r"[^\w\s]+")
-_SPACE_RUNS = re.compile(r"  +")
-_DIGITS = "0123456789"
-_W_WORD, _W_PUNCT, _W_PUNCT_RUN, _W_DIGIT = 1.07, 0.14, 0.89, 1.18
-_W_NEWLINE, _W_SPACE_RUN, _W_NON_ASCII = 0.84, 0.24, 0.59
-# Fixed costs around content, from the API's documented message framing.
-_MESSAGE_OVERHEAD = 4
-_BLOCK_OVERHEAD = 3
-_IMAGE_TOKENS = 1_600  # the API's cap for an image of unknown size (about 1.15 megapixels)
-# The tool-use system prompt the API adds whenever tools are sent.
-_TOOLS_OVERHEAD = 346
-
-
-@lru_cache(maxsize=16_384)
-def _text_tokens(text: str) -> int:
-    if not text:
-        return 0
-    non_ascii = 0 if text.isascii() else len(text.encode("utf-8", "replace")) - len(text)
-    score = (
-        _W_WORD * len(_WORDS.findall(text))
-        + _W_PUNCT * len(_PUNCT.findall(text))
-        + _W_PUNCT_RUN * len(_PUNCT_RUNS.findall(text))
-        + _W_DIGIT * sum(map(text.count, _DIGITS))
-        + _W_NEWLINE * text.count("\n")
-        + _W_SPACE_RUN * len(_SPACE_RUNS.findall(text))
-        + _W_NON_ASCII * non_ascii
-    )
-    return max(1, int(score + 0.5))
-
-
-def estimate_tokens(value: Any) -> int:
-    """An offline estimate of the tokens in ``value`` (text, or anything JSON-like).
-
-    Deterministic and fast; within about 5% on English prose and code and
-    about 10% on JSON and Markdown of a real tokenizer (docs/budgets.md has
-    the measured figures). Use the ``anthropic`` counter for exact counts.
-    """
-    if isinstance(value, str):
-        return _text_tokens(value)
-    if value is None:
-        return 0
-    return _text_tokens(json.dumps(value, ensure_ascii=False, sort_keys=True, default=str))
-
-
-def _block_tokens(block: Any) -> int:
-    if isinstance(block, str):
-        return _text_tokens(block)
-    if not isinstance(block, Mapping):
-        return estimate_tokens(block)
-    kind = block.get("type")
-    if kind == "text":
-        return _BLOCK_OVERHEAD + _text_tokens(str(block.get("text", "")))
-    if kind == "tool_use" or kind == "server_tool_use" or kind == "mcp_tool_use":
-        return (
-            _BLOCK_OVERHEAD
-            + _text_tokens(str(block.get("name", "")))
-            + estimate_tokens(block.get("input") or {})
-        )
-    if kind == "tool_result" or kind == "mcp_tool_result":
-        content = block.get("content")
-        inner = (
-            _text_tokens(content)
-            if isinstance(content, str)
-            else sum(_block_tokens(b) for b in content or ())
-        )
-        return _BLOCK_OVERHEAD + inner
-    if kind == "image":
-        return _IMAGE_TOKENS
-    if kind == "thinking":
-        return _BLOCK_OVERHEAD + _text_tokens(str(block.get("thinking", "")))
-    return _BLOCK_OVERHEAD + estimate_tokens(dict(block))
-
-
-def estimate_message(message: Mapping[str, Any]) -> int:
-    """The estimated tokens of one message (``{"role", "content"}``)."""
-    content = message.get("content")
-    if isinstance(content, str):
-        return _MESSAGE_OVERHEAD + _text_tokens(content)
-    return _MESSAGE_OVERHEAD + sum(_block_tokens(b) for b in content or ())
-
-
-def _system_tokens(system: Any) -> int:
-    if not system:
-        return 0
-    if isinstance(system, str):
-        return _text_tokens(system)
-    return sum(_block_tokens(b) for b in system)
-
-
-def _tools_tokens(tools: Sequence[Mapping[str, Any]]) -> int:
-    if not tools:
-        return 0
-    return _TOOLS_OVERHEAD + sum(estimate_tokens(dict(t)) for t in tools)
-
-
-def estimate_request(request: CountRequest) -> int:
-    """The estimated input tokens of a whole request."""
-    return (
-        _system_tokens(request.system)
-        + _tools_tokens(request.tools)
-        + sum(estimate_message(m) for m in request.messages)
-    )
-
-
-class EstimateCounter:
-    """The default counter: :func:`estimate_request`, offline and deterministic."""
-
-    async def count(self, request: CountRequest) -> int:
-        """Estimated input tokens of ``request``."""
-        return estimate_request(request)
-
-
-class AnthropicCounter:
-    """Counts with the API's ``messages.count_tokens`` on the calling agent's client."""
-
-    async def count(self, request: CountRequest) -> int:
-        """Exact input tokens of ``request``, as the API counts them."""
-        if request.client is None:
-            raise ConfigurationError(
-                "the 'anthropic' token counter needs the agent's client; it counts only "
-                "inside an agent's prompt"
-            )
-        params: dict[str, Any] = {"model": request.model, "messages": list(request.messages)}
-        if request.system:
-            params["system"] = request.system
-        if request.tools:
-            params["tools"] = list(request.tools)
-        result = await request.client.messages.count_tokens(**params)
-        return int(result.input_tokens)
-
-
-@hookimpl
-def register_token_counters() -> tuple[TokenCounter, ...]:
-    """The kernel's own counters: ``estimate`` (default) and ``anthropic``."""
-    return (
-        TokenCounter("estimate", EstimateCounter, "offline estimate, deterministic (the default)"),
-        TokenCounter(
-            "anthropic", AnthropicCounter, "the API's messages.count_tokens (exact, online)"
-        ),
-    )
-
-
-_DEFAULT_COUNTER = EstimateCounter()
-
-
-def get_counter(choice: str | Counter | None = None) -> Counter:
-    """The counter ``choice`` names (``None``: ``GROUNDSWELL_TOKEN_COUNTER``, else ``estimate``)."""
-    if choice is not None and not isinstance(choice, str):
-        return choice
-    name = choice or os.environ.get(COUNTER_ENV) or "estimate"
-    if name == "estimate":  # the common case never touches the plugin registry
-        return _DEFAULT_COUNTER
-    from .plugins import get_plugin_manager
-
-    records = get_plugin_manager().token_counters()
-    record = records.get(name)
-    if record is None:
-        raise ConfigurationError(
-            f"no token counter named {name!r}; available: {sorted(records)}. "
-            "Install or enable the plugin that provides it, or use TokenBudget(counter=...)"
-        )
-    counter = record.factory()
-    if not isinstance(counter, Counter):
-        raise PluginError(
-            f"token counter {name!r}: its factory returned {type(counter).__name__}, "
-            "which has no async count(request)"
-        )
-    return counter
-
-
 # -- the conversation as turns -----------------------------------------------------------
 
 
@@ -404,6 +193,14 @@ def split_turns(
     return head, turns
 
 
+def _blocks(message: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """A message's content as blocks (a plain string is one text block)."""
+    content = message.get("content")
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    return [b for b in content or () if isinstance(b, Mapping)]
+
+
 def _describe(message: Mapping[str, Any]) -> tuple[list[str], bool]:
     """What a message holds (for the budget node), and whether prune_oldest should keep
     its turn: a failed tool call, or the model stating something in words (a decision
@@ -411,11 +208,7 @@ def _describe(message: Mapping[str, Any]) -> tuple[list[str], bool]:
     kinds: list[str] = []
     critical = False
     role = message.get("role")
-    content = message.get("content")
-    blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content or []
-    for block in blocks:
-        if not isinstance(block, Mapping):
-            continue
+    for block in _blocks(message):
         kind = block.get("type")
         if kind == "tool_use":
             kinds.append(f"tool_use:{block.get('name')}")
@@ -507,11 +300,7 @@ def transcript(messages: Sequence[Mapping[str, Any]], previous: str | None = Non
         lines.append(f"[summary of still earlier turns]\n{previous}")
     for message in messages:
         role = str(message.get("role"))
-        content = message.get("content")
-        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content or []
-        for block in blocks:
-            if not isinstance(block, Mapping):
-                continue
+        for block in _blocks(message):
             kind = block.get("type")
             if kind == "text":
                 lines.append(f"[{role}] {_clip(str(block.get('text', '')))}")

@@ -76,7 +76,7 @@ class ToolProvider(_Record):
 class TokenCounter(_Record):
     """A token counter: ``factory()`` returns an object with ``async count(request) -> int``.
 
-    ``request`` is a :class:`groundswell.budget.CountRequest` (model, messages,
+    ``request`` is a :class:`groundswell.tokens.CountRequest` (model, messages,
     system, tools, and the calling agent's client).
     """
 

@@ -95,11 +95,11 @@ class PluginManager:
         # The kernel's own hook implementations (the ``feedback`` reflection strategy,
         # the ``estimate`` and ``anthropic`` token counters) register like any plugin,
         # so every collector sees them, and no allow-list can switch them off.
-        from . import budget, reflection
+        from . import reflection, tokens
 
         kernel = SimpleNamespace(
             register_reflection_strategies=reflection.register_reflection_strategies,
-            register_token_counters=budget.register_token_counters,
+            register_token_counters=tokens.register_token_counters,
         )
         self._infos[BUILTIN] = PluginInfo(name=BUILTIN, source="builtin")
         self._register(kernel, self._infos[BUILTIN], always_raise=True)

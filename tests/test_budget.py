@@ -25,15 +25,15 @@ from groundswell import (
     hookimpl,
     workflow,
 )
-from groundswell.budget import (
-    SUMMARIZER_SYSTEM,
+from groundswell.budget import SUMMARIZER_SYSTEM
+from groundswell.testing import FakeAnthropicAPI, MessagesRequest, Reply, text, tool_use
+from groundswell.tokens import (
     CountRequest,
     estimate_message,
     estimate_request,
     estimate_tokens,
     get_counter,
 )
-from groundswell.testing import FakeAnthropicAPI, MessagesRequest, Reply, text, tool_use
 
 INSTRUCTION = "Read every page of the report and tell me what it says."
 WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa"]

@@ -22,7 +22,7 @@ from groundswell import (
     hookspecs,
     workflow,
 )
-from groundswell.budget import CountRequest
+from groundswell.tokens import CountRequest
 
 from .conftest import RecordingSink
 
