@@ -19,7 +19,7 @@ from _report import output_dir, write
 
 from groundswell import EventTree, NodeType, TokenBudget
 from groundswell.budget import Enforcer
-from groundswell.tokens import _text_tokens, estimate_message, estimate_tokens
+from groundswell.tokens import clear_memo, estimate_message, estimate_tokens
 
 
 def real_text() -> str:
@@ -43,7 +43,7 @@ def counting_speed() -> dict[str, Any]:
     chunks = [text[i : i + 4_000] for i in range(0, len(text), 4_000)]
     cold: list[float] = []
     for _ in range(5):
-        _text_tokens.cache_clear()
+        clear_memo()
         t0 = time.perf_counter()
         tokens = sum(estimate_tokens(c) for c in chunks)
         cold.append(time.perf_counter() - t0)
@@ -139,7 +139,16 @@ async def enforcement_cost() -> dict[str, Any]:
         node = tree.start_node(NodeType.PROMPT, "agent")
         budget = TokenBudget(max_total=max_total, reserve_for_output=0, strategy=strategy)  # type: ignore[arg-type]
         guard = Enforcer(
-            budget, tree=tree, node=node, agent=None, client=None, model="m", max_tokens=1024
+            budget,
+            source="agent",
+            usage={},
+            schema=None,
+            tree=tree,
+            node=node,
+            agent=None,
+            client=None,
+            model="m",
+            max_tokens=1024,
         )
         return guard, tree
 
@@ -151,7 +160,7 @@ async def enforcement_cost() -> dict[str, Any]:
 
     # First count of a whole 200-message conversation (nothing memoized).
     def cold() -> Coroutine[Any, Any, None]:
-        _text_tokens.cache_clear()
+        clear_memo()
         fresh, _ = enforcer("sliding_window", total * 2)
         return fresh.check(convo, "You review code.", TOOLS)
 

@@ -11,7 +11,7 @@ The sample is real text present on every machine: standard-library docstrings
 (prose), standard-library source (code), JSON tool definitions built from
 standard-library signatures plus ``sysconfig`` data (JSON), this project's
 docs (Markdown) and, where the standard library's test data is installed, CJK
-text. Needs ``tokenizers`` and network access to PyPI (for the reference);
+text, plus base64 and hex strings (text with no word breaks). Needs ``tokenizers`` and network access to PyPI (for the reference);
 without them the result says why it was skipped.
 
 Results go to ``DIR/token_accuracy.json``.
@@ -19,6 +19,8 @@ Results go to ``DIR/token_accuracy.json``.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import importlib
 import inspect
 import json
@@ -125,7 +127,11 @@ def samples() -> dict[str, list[str]]:
         for n in ("big5-utf8.txt", "euc_jp-utf8.txt", "cp949-utf8.txt")
         if (cjk_dir / n).exists()
     ]
+    # Unbroken runs: base64 and hex of deterministic bytes, as in attachments and digests.
+    blobs = [hashlib.sha512(str(i).encode()).digest() * 12 for i in range(20)]
+    encoded = [base64.b64encode(b).decode() for b in blobs[:10]] + [b.hex() for b in blobs[10:]]
     return {
+        "encoded": [c for t in encoded for c in chunks(t, 600)][:40],
         "prose": [c for t in prose for c in chunks(t)][:200],
         "code": [c for t in code for c in chunks(t)][:200],
         "json": [c for t in data for c in chunks(t)][:150],

@@ -19,7 +19,7 @@ import anthropic
 from pydantic import BaseModel
 
 from ._serialize import jsonable, register_secret
-from .budget import Enforcer, TokenBudget, _scope, check_budget
+from .budget import Enforcer, TokenBudget, check_budget, resolve_budget
 from .cache import (
     Cache,
     ToolCachePolicy,
@@ -235,6 +235,8 @@ class Agent:
             # True means "the default backend" (GROUNDSWELL_CACHE, else lru).
             "cache": cache if cache is not None else (True if enable_cache else None),
         }
+        if token_budget is not None and token_budget.input_limit(max_tokens) <= 0:
+            raise token_budget.no_room(max_tokens, f"agent {name!r}")
         if cache is not None and not isinstance(cache, str | Cache):
             raise ConfigurationError(
                 f"cache must be a backend name (e.g. 'lru', 'redis') or a groundswell.Cache, "
@@ -576,7 +578,10 @@ class Agent:
         try:
             if parent_hooks is not None:
                 await parent_hooks.run("SubagentStart", subagent)
-            result = await self._loop(prompt, settings, client, tree, node, usage, emit, retry, box)
+            budget = resolve_budget(overrides.token_budget, self.config["token_budget"], tree, node)
+            result = await self._loop(
+                prompt, settings, client, tree, node, usage, emit, retry, box, budget
+            )
         except BaseException as exc:
             node.metrics["usage"] = usage
             tree.end_node_after(node, exc)
@@ -605,6 +610,7 @@ class Agent:
         emit: Callable[[StreamEvent], None] | None,
         retry: _Retry | None = None,
         box: dict[str, Any] | None = None,
+        budget: tuple[TokenBudget, str] | None = None,
     ) -> PromptResult[Any]:
         hooks = HookRunner(settings.get("hooks"), session_id=node.id)
         user_text = prompt.render()
@@ -655,13 +661,13 @@ class Agent:
                 messages.extend(retry.messages)
             if box is not None:
                 box["messages"], box["system"] = messages, system
-            budget = settings.get("token_budget") or _scope.get()
             guard = None
             if budget is not None:
-                if budget.per_step:
-                    budget = budget.for_step(_step_name(tree, node))
                 guard = Enforcer(
-                    budget,
+                    budget[0],
+                    source=budget[1],
+                    usage=usage,
+                    schema=prompt.response_format,
                     tree=tree,
                     node=node,
                     agent=self,
@@ -1125,7 +1131,11 @@ class _Conversation:
                         f"the reply was cut off at max_tokens={self.settings['max_tokens']}; {exc}",
                     )
                 raise
-            extracted = _extract(self.prompt.rules, text, tree, node)
+            extracted = (
+                _extract(self.prompt.rules, _output_text(output), tree, node)
+                if self.prompt.rules
+                else {}
+            )
             return PromptResult(
                 output=output,
                 tree=tree,
@@ -1174,18 +1184,9 @@ def _extract(
 
 
 def _output_text(output: Any) -> str:
-    """The answer text behind a (cached) output: JSON for a structured answer."""
+    """The text extraction searches: the answer, or a structured answer's compact JSON
+    (the same whether it came from the model or the cache)."""
     return output.model_dump_json() if isinstance(output, BaseModel) else str(output)
-
-
-def _step_name(tree: EventTree, node: EventNode) -> str | None:
-    """The name of the innermost step ``node`` runs in, if any."""
-    current = node
-    while current.parent_id is not None:
-        current = tree.get_node(current.parent_id)
-        if current.type is NodeType.STEP:
-            return current.name
-    return None
 
 
 def _cache_for(settings: Mapping[str, Any]) -> Cache | None:

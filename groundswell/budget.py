@@ -34,7 +34,9 @@ from .tokens import (
     _system_tokens,
     _tools_tokens,
     estimate_message,
+    estimate_tokens,
     get_counter,
+    known_counter,
 )
 
 __all__ = ["STRATEGIES", "Enforcer", "TokenBudget"]
@@ -121,21 +123,71 @@ class TokenBudget:
                 "counter must be a registered counter name (e.g. 'estimate', 'anthropic') "
                 f"or an object with async count(request), got {type(self.counter).__name__}"
             )
+        if isinstance(self.counter, str):
+            names = known_counter(self.counter)
+            if names is not None:
+                raise bad(
+                    f"no token counter named {self.counter!r}; available: {names}. Install or "
+                    "enable the plugin that provides it"
+                )
 
     def input_limit(self, max_tokens: int) -> int:
         """The most input tokens a request may have, for a request asking ``max_tokens``."""
         reserve = max_tokens if self.reserve_for_output is None else self.reserve_for_output
         return max(0, self.max_total - reserve)
 
-    def for_step(self, step: str | None) -> TokenBudget:
-        """The budget for prompts in step ``step``: its ``per_step`` entry, else this one."""
-        if step is not None and self.per_step and step in self.per_step:
-            return self.per_step[step]
-        return self
+    def no_room(self, max_tokens: int, owner: str) -> ConfigurationError:
+        """The error for a budget that leaves no input room beside ``max_tokens``."""
+        reserve = (
+            f"reserve_for_output={self.reserve_for_output}"
+            if self.reserve_for_output is not None
+            else f"reserve_for_output (unset, so max_tokens={max_tokens})"
+        )
+        return ConfigurationError(
+            f"{owner}: TokenBudget(max_total={self.max_total}) leaves no room for input once "
+            f"{reserve} is kept free for the answer; raise max_total, or set a smaller "
+            "reserve_for_output or max_tokens"
+        )
 
 
-# The budget of the step or workflow code runs in (set by ctx.step / Workflow.run).
-_scope: ContextVar[TokenBudget | None] = ContextVar("groundswell_token_budget", default=None)
+# The budget of the step or workflow code runs in, with where it was set ("step" or
+# "workflow"); set by ctx.step and Workflow.run.
+_scope: ContextVar[tuple[TokenBudget, str] | None] = ContextVar(
+    "groundswell_token_budget", default=None
+)
+
+
+def resolve_budget(
+    override: TokenBudget | None, own: TokenBudget | None, tree: Any, node: Any
+) -> tuple[TokenBudget, str] | None:
+    """The budget for one prompt and where it came from.
+
+    Most specific first: the call's ``PromptOverrides``, the step's (its own or
+    the enclosing budget's ``per_step`` entry), the agent's, the workflow's. A
+    chosen budget's ``per_step`` entry for the nearest enclosing step that has
+    one replaces it.
+    """
+    scope = _scope.get()
+    if override is not None:
+        chosen: tuple[TokenBudget, str] = (override, "prompt_overrides")
+    elif scope is not None and scope[1] == "step":
+        chosen = scope
+    elif own is not None:
+        chosen = (own, "agent")
+    elif scope is not None:
+        chosen = scope
+    else:
+        return None
+    budget, source = chosen
+    if budget.per_step:
+        from .tree import NodeType
+
+        current = node
+        while current.parent_id is not None:
+            current = tree.get_node(current.parent_id)
+            if current.type is NodeType.STEP and current.name in budget.per_step:
+                return budget.per_step[current.name], f"{source}.per_step[{current.name!r}]"
+    return chosen
 
 
 def check_budget(value: Any, owner: str) -> TokenBudget | None:
@@ -177,7 +229,10 @@ def split_turns(
     turns: list[Turn] = []
     for i in range(head, len(messages)):
         message = messages[i]
-        if message.get("role") == "assistant" or not turns:
+        # An assistant message right after another (the continuation of a paused
+        # turn) belongs to the same turn: it is never kept without what it continues.
+        starts = message.get("role") == "assistant" and messages[i - 1].get("role") != "assistant"
+        if starts or not turns:
             turns.append(Turn(i, i + 1, 0))
         else:
             turns[-1].end = i + 1
@@ -369,6 +424,9 @@ class Enforcer:
         self,
         budget: TokenBudget,
         *,
+        source: str,
+        usage: dict[str, int],
+        schema: Any,
         tree: Any,
         node: Any,
         agent: Any,
@@ -377,6 +435,9 @@ class Enforcer:
         max_tokens: int,
     ) -> None:
         self.budget = budget
+        self.limit = budget.input_limit(max_tokens)
+        if self.limit <= 0:
+            raise budget.no_room(max_tokens, f"agent {getattr(agent, 'name', '?')!r}")
         self.counter = get_counter(budget.counter)
         self.exact = not isinstance(self.counter, EstimateCounter)
         self.counter_name = (
@@ -387,11 +448,23 @@ class Enforcer:
             else os.environ.get(COUNTER_ENV) or "estimate"
         )
         self.tree, self.node, self.agent, self.client = tree, node, agent, client
+        self.usage = usage
         self.model = model
         self.max_tokens = max_tokens
-        self.limit = budget.input_limit(max_tokens)
+        self.reserve = (
+            max_tokens if budget.reserve_for_output is None else budget.reserve_for_output
+        )
+        # The response schema travels with every request (output_config).
+        self.schema_tokens = estimate_tokens(_schema_of(schema)) if schema is not None else 0
         self.warned = False
-        self.stats = {"checks": 0, "enforcements": 0, "limit": self.limit, "peak_tokens": 0}
+        self.summarizer_failed = False
+        self.stats: dict[str, Any] = {
+            "source": source,
+            "limit": self.limit,
+            "checks": 0,
+            "enforcements": 0,
+            "peak_tokens": 0,
+        }
         node.metrics["budget"] = self.stats
         # Message dicts are never changed once in the conversation, so their
         # estimates are kept by identity (the dict is held, so the id stays valid).
@@ -412,7 +485,7 @@ class Enforcer:
         """Record a warning, or make ``messages`` fit (in place), or raise
         :class:`~groundswell.TokenBudgetExceeded`."""
         sizes = [self._size(m) for m in messages]
-        fixed = _system_tokens(system), _tools_tokens(tools)
+        fixed = _system_tokens(system), _tools_tokens(tools) + self.schema_tokens
         estimate = fixed[0] + fixed[1] + sum(sizes)
         total = await self._count(messages, system, tools, estimate)
         self.stats["checks"] += 1
@@ -428,7 +501,7 @@ class Enforcer:
                     tokens=total,
                     limit=self.limit,
                     threshold=self.budget.warning_threshold,
-                    used=round(total / self.limit, 4) if self.limit else 1.0,
+                    used=round(total / self.limit, 4),
                 )
             return
         # Per-part figures come from the estimator, scaled to the counter's total
@@ -436,7 +509,7 @@ class Enforcer:
         scale = total / estimate if estimate else 1.0
         scaled = [max(1, round(s * scale)) for s in sizes]
         fixed = round(fixed[0] * scale), round(fixed[1] * scale)
-        await self._enforce(messages, system, scaled, fixed, total)
+        await self._enforce(messages, scaled, fixed, total)
         self.warned = False  # the next crossing of the threshold is news again
 
     async def _count(
@@ -464,7 +537,6 @@ class Enforcer:
     async def _enforce(
         self,
         messages: list[dict[str, Any]],
-        system: Any,
         sizes: list[int],
         fixed: tuple[int, int],
         total: int,
@@ -482,12 +554,11 @@ class Enforcer:
             self.node,
             payload={
                 "strategy": budget.strategy,
+                "source": self.stats["source"],
                 "counter": self.counter_name,
                 "limit": self.limit,
                 "max_total": budget.max_total,
-                "reserve_for_output": self.max_tokens
-                if budget.reserve_for_output is None
-                else budget.reserve_for_output,
+                "reserve_for_output": self.reserve,
                 "breakdown": parts,
             },
             trusted=True,
@@ -533,28 +604,36 @@ class Enforcer:
         detail = {**parts, "total": total, "limit": self.limit}
         largest = max(parts, key=lambda k: parts[k])
         budget = self.budget
-        reserve = (
-            self.max_tokens if budget.reserve_for_output is None else budget.reserve_for_output
+        budget_text = (
+            f"the {self.limit}-token input limit (max_total={budget.max_total} - "
+            f"reserve_for_output={self.reserve})"
         )
-        why = (
-            f"the request needs {total} input tokens but the budget allows {self.limit} "
-            f"(max_total={budget.max_total} - reserve_for_output={reserve})"
-        )
-        if strategy is not None:
-            must = "the instruction and the latest turn"
+        if strategy is None:
+            why = f"the request needs {total} input tokens, over {budget_text}"
+        else:
+            must = "the instruction" + (
+                " and the latest turn" if parts["assistant"] or parts["tool_results"] else ""
+            )
             if strategy == "prune_oldest":
                 must = (
                     f"the instruction and the last {budget.keep_last_turns} turns it keeps "
                     "(keep_last_turns)"
                 )
-            why = (
-                f"{strategy} cannot make the request fit: {must} alone exceed the "
-                f"{self.limit}-token limit (the request had {total})"
+            why = f"{strategy} cannot make the request fit: {must} alone exceed {budget_text}"
+        advice = ["raise max_total", "reserve less for the output (or lower max_tokens)"]
+        if strategy is None:
+            advice.append(
+                "use a strategy that removes turns (sliding_window, prune_oldest, summarize)"
             )
+        if largest == "tools":
+            advice.append("send fewer or shorter tool definitions")
+        elif largest == "tool_results":
+            advice.append("have the tools return less (one result cannot be cut)")
+        elif largest in ("instruction", "system"):
+            advice.append(f"shorten the {largest}")
         return TokenBudgetExceeded(
             f"agent {getattr(self.agent, 'name', '?')!r}: {why}; largest part: {largest} "
-            f"({parts[largest]}). Raise max_total, lower reserve_for_output or max_tokens, or "
-            "use a strategy that removes turns (sliding_window, prune_oldest, summarize)",
+            f"({parts[largest]} tokens). To fix: {', or '.join(advice)}",
             breakdown=detail,
         )
 
@@ -570,29 +649,48 @@ class Enforcer:
         """Keep the latest turns that fit in three quarters of the room (at most
         ``keep_last_turns``, at least the latest), and replace the turns before them
         with a summary in the instruction message; returns the turns kept and the
-        new instruction's size."""
+        new instruction's size. Falls back to a sliding window, saying why on the
+        budget node, when there is nothing to summarize or no usable summary."""
         keep = self.budget.keep_last_turns
         head_size = sum(sizes[:head])
         # A quarter of the room is left for the summary itself.
-        recent = sliding_window(turns[-keep:], room - room // 4) or turns[-1:]
+        summary_room = room // 4
+        recent = sliding_window(turns[-keep:], room - summary_room) or turns[-1:]
         old = turns[: len(turns) - len(recent)]
-        if not old:
+
+        def fallback(reason: str) -> tuple[list[Turn], int]:
+            node.payload["fallback"] = f"sliding_window: {reason}"
             return sliding_window(turns, room), head_size
+
+        if not old:
+            return fallback("no turn before the latest to summarize")
+        if self.summarizer_failed:
+            return fallback("the summarizer failed earlier in this prompt")
         first = messages[head - 1]
         earlier = [m for t in old for m in messages[t.start : t.end]]
-        summary = await self._ask_summarizer(transcript(earlier, previous_summary(first)), node)
+        summary = await self._ask_summarizer(
+            transcript(earlier, previous_summary(first)), node, max(64, summary_room)
+        )
         if summary is None:
-            node.payload["fallback"] = "sliding_window: the summarizer failed"
-            return sliding_window(turns, room), head_size
-        messages[head - 1] = with_summary(first, summary)
-        new_head = head_size - sizes[head - 1] + self._size(messages[head - 1])
-        node.payload["summarized_turns"] = len(old)
+            self.summarizer_failed = True
+            return fallback("the summarizer failed")
+        merged = with_summary(first, summary)
+        new_head = head_size - sizes[head - 1] + estimate_message(merged)
         # The summary took the old turns' place; the recent turns must fit beside it.
-        return sliding_window(recent, room + head_size - new_head), new_head
+        kept = sliding_window(recent, room + head_size - new_head)
+        if not kept or kept[-1] is not turns[-1]:
+            return fallback(
+                f"the summary ({new_head - head_size + sizes[head - 1]} tokens with the "
+                "instruction) left no room for the latest turn"
+            )
+        messages[head - 1] = merged
+        node.payload["summarized_turns"] = len(old)
+        return kept, new_head
 
-    async def _ask_summarizer(self, text: str, parent: Any) -> str | None:
+    async def _ask_summarizer(self, text: str, parent: Any, max_tokens: int) -> str | None:
+        """The summary of ``text``, or ``None`` (recorded on ``parent``) when it fails."""
         from .context import Frame, _frame
-        from .prompt import Prompt
+        from .prompt import Prompt, PromptOverrides
         from .tree import NodeStatus, NodeType
 
         summarizer = self._summarizer()
@@ -609,20 +707,26 @@ class Enforcer:
         scope = _scope.set(None)
         try:
             result = await summarizer.run(
-                Prompt(
-                    user=f"{SUMMARIZER_SYSTEM}\n\n<turns>\n{text}\n</turns>",
-                    data=None,
-                )
+                Prompt(user=f"{SUMMARIZER_SYSTEM}\n\n<turns>\n{text}\n</turns>"),
+                PromptOverrides(max_tokens=max_tokens),
             )
+            summary = str(result.output).strip()
+            if not summary:
+                raise ValueError("the summarizer answered with nothing")
         except Exception as exc:
             tree.end_node(node, NodeStatus.FAILED, error=exc)
             tree.add_event(parent, "summarize_failed", error=f"{type(exc).__name__}: {exc}")
             return None
+        except BaseException as exc:
+            tree.end_node_after(node, exc)
+            raise
         finally:
             _scope.reset(scope)
             _frame.reset(frame)
-        summary = str(result.output).strip()
         node.metrics["usage"] = dict(result.usage)
+        # The summary is spent on this prompt's behalf: it counts in the prompt's usage.
+        for key, value in result.usage.items():
+            self.usage[key] = self.usage.get(key, 0) + value
         tree.end_node(node, NodeStatus.COMPLETED, output=summary, record_output=True)
         return summary
 
@@ -639,3 +743,10 @@ class Enforcer:
             max_tokens=min(2_048, self.max_tokens),
             client=self.client,
         )
+
+
+def _schema_of(response_format: Any) -> Any:
+    try:
+        return response_format.model_json_schema()
+    except Exception:  # an odd model: its schema is counted as nothing
+        return None

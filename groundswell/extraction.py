@@ -23,8 +23,12 @@ __all__ = ["Extract", "extract_all"]
 Format = Literal["text", "json", "code"]
 _FORMATS = ("text", "json", "code")
 _FLAGS = re.DOTALL | re.IGNORECASE
-# A fenced block: ``` or ~~~, an optional info string, the body, the closing fence.
+# A fenced block: ``` or ~~~, an optional info string, the body, the closing fence;
+# or all of it on one line ("```json {...}```").
 _FENCE = re.compile(r"(`{3,}|~{3,})[^\n]*\n(.*?)\n?\1", re.DOTALL)
+_ONE_LINE_FENCE = re.compile(r"(`{3,}|~{3,})(.*?)\1")
+# On one line, a language name is told from code only where JSON follows it.
+_JSON_LANGUAGE = re.compile(r"^[\w+-]+\s+(?=[\[{\"])")
 _MISSING = object()
 
 
@@ -38,9 +42,10 @@ class Extract:
     ``json`` (parsed; a fenced ```json block inside the match is unwrapped
     first) or ``code`` (the body of the first fenced block in the match, else
     the match). ``multiple=True`` collects every match into a list. A
-    ``required`` rule that finds nothing, or whose JSON does not parse, raises
-    :class:`~groundswell.ExtractionError`; otherwise ``default`` is stored and
-    an ``extraction_missed`` event says why.
+    ``required`` rule that finds nothing (or only blank text), or whose JSON
+    does not parse, raises :class:`~groundswell.ExtractionError`; otherwise
+    ``default`` is stored (``[]`` for ``multiple`` when no default is given)
+    and an ``extraction_missed`` event says why.
     """
 
     pattern: str | re.Pattern[str]
@@ -62,6 +67,10 @@ class Extract:
                 f"got {self.format!r}"
             )
         if isinstance(self.pattern, re.Pattern):
+            if not isinstance(self.pattern.pattern, str):
+                raise ConfigurationError(
+                    f"Extract {self.store_as!r}: pattern must match text (str), not bytes"
+                )
             regex = re.compile(self.pattern.pattern, self.pattern.flags | _FLAGS)
         elif isinstance(self.pattern, str) and self.pattern:
             try:
@@ -94,6 +103,12 @@ class Extract:
             return value
         if self.required:
             raise ExtractionError(problem, raw=text, store_as=self.store_as)
+        return self.fallback()
+
+    def fallback(self) -> Any:
+        """What a rule that is not required stores when it finds nothing usable."""
+        if self.default is None and self.multiple:
+            return []
         return self.default
 
     def _extract(self, text: str) -> tuple[Any, str | None]:
@@ -109,6 +124,11 @@ class Extract:
         values = []
         for match in found:
             piece = match.group(1) if regex.groups else match.group(0)
+            if self.required and not (piece or "").strip():
+                return _MISSING, (
+                    f"required extraction {self.store_as!r} matched only blank text with the "
+                    f"pattern {regex.pattern!r}"
+                )
             value, problem = self._convert(piece or "")
             if problem is not None:
                 return _MISSING, problem
@@ -119,7 +139,14 @@ class Extract:
         if self.format == "text":
             return piece.strip(), None
         fenced = _FENCE.search(piece)
-        body = fenced.group(2) if fenced else piece
+        if fenced:
+            body = fenced.group(2)
+        elif one_line := _ONE_LINE_FENCE.search(piece):
+            body = one_line.group(2).strip()
+            if self.format == "json":
+                body = _JSON_LANGUAGE.sub("", body, count=1)
+        else:
+            body = piece
         if self.format == "code":
             return body.strip("\n"), None
         try:
@@ -170,6 +197,6 @@ def extract_all(rules: Sequence[Extract], text: str) -> tuple[dict[str, Any], li
             continue
         if rule.required:
             raise ExtractionError(problem, raw=text, store_as=rule.store_as)
-        values[rule.store_as] = rule.default
+        values[rule.store_as] = rule.fallback()
         misses.append({"store_as": rule.store_as, "reason": problem.replace("required ", "", 1)})
     return values, misses

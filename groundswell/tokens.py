@@ -13,7 +13,6 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any, Protocol, runtime_checkable
 
 from .errors import ConfigurationError, PluginError
@@ -25,6 +24,7 @@ __all__ = [
     "CountRequest",
     "Counter",
     "EstimateCounter",
+    "clear_memo",
     "estimate_message",
     "estimate_request",
     "estimate_tokens",
@@ -61,30 +61,64 @@ class Counter(Protocol):
 
 # The estimator is a linear model over counts of simple text features, fitted
 # against a published byte-level BPE tokenizer of Claude on prose, code, JSON
-# and Markdown (see benchmarks/token_accuracy.py and docs/budgets.md for the
+# and Markdown (benchmarks/bench_token_accuracy.py and docs/budgets.md have the
 # figures). Regex findall and str.count run in C, which keeps it at about
-# 10 MB/s; results are memoized per string.
+# 10 MB/s.
 _WORDS = re.compile(r"[A-Za-z]+")
 _PUNCT = re.compile(r"[^\w\s]")
 _PUNCT_RUNS = re.compile(r"[^\w\s]+")
 _SPACE_RUNS = re.compile(r"  +")
+# Runs a BPE cannot swallow whole, found in one pass: encoded data (base64, hex
+# digests, keys: letters and digits mixed without breaks, about 1.6 characters a
+# token) and long runs of letters, spaces or symbols (DNA, padding, rulers: past
+# the length of ordinary words, about four characters a token).
+# Only words of 17+ characters are searched for the first and last kind (a cheap
+# split first: one regex over the whole text cost as much as the rest together).
+_RUNS = re.compile(r"[A-Za-z0-9+/=]{17,}|[^\w\s]{33,}")
+_SPACE_LONG = re.compile(r"\s{65,}")
+_LONG_WORD = 17
+_ENCODED_MIN = 24
+_CHARS_PER_ENCODED_TOKEN = 1.6
 _DIGITS = "0123456789"
 _W_WORD, _W_PUNCT, _W_PUNCT_RUN, _W_DIGIT = 1.07, 0.14, 0.89, 1.18
 _W_NEWLINE, _W_SPACE_RUN, _W_NON_ASCII = 0.84, 0.24, 0.59
+_LONG_RUN_FREE, _CHARS_PER_LONG_TOKEN = 16, 4
 # Fixed costs around content, from the API's documented message framing.
 _MESSAGE_OVERHEAD = 4
 _BLOCK_OVERHEAD = 3
 _IMAGE_TOKENS = 1_600  # the API's cap for an image of unknown size (about 1.15 megapixels)
 # The tool-use system prompt the API adds whenever tools are sent.
 _TOOLS_OVERHEAD = 346
+# Counts of texts already seen, keyed by (hash, length) so that the memo never
+# keeps a (possibly huge) tool result alive; a collision of both only skews an
+# estimate. Cleared when full rather than evicted one by one: cheap, and a
+# conversation re-fills it with its own texts on the next turn.
+_MEMO: dict[tuple[int, int], int] = {}
+_MEMO_SIZE = 65_536
 
 
-@lru_cache(maxsize=16_384)
 def _text_tokens(text: str) -> int:
     if not text:
         return 0
+    key = (hash(text), len(text))
+    known = _MEMO.get(key)
+    if known is not None:
+        return known
+    score = 0.0
+    runs = [r for w in text.split() if len(w) >= _LONG_WORD for r in _RUNS.findall(w)]
+    runs += _SPACE_LONG.findall(text)
+    if runs:
+        for run in runs:
+            alpha = run.isalpha()
+            if not alpha and len(run) >= _ENCODED_MIN and any(c.isdigit() for c in run):
+                if any(c.isalpha() for c in run):
+                    # Counted here as a whole, so left out of the features below.
+                    score += len(run) / _CHARS_PER_ENCODED_TOKEN
+                    text = text.replace(run, " ", 1)
+            elif alpha or not run.isalnum():
+                score += (len(run) - _LONG_RUN_FREE) / _CHARS_PER_LONG_TOKEN
     non_ascii = 0 if text.isascii() else len(text.encode("utf-8", "replace")) - len(text)
-    score = (
+    score += (
         _W_WORD * len(_WORDS.findall(text))
         + _W_PUNCT * len(_PUNCT.findall(text))
         + _W_PUNCT_RUN * len(_PUNCT_RUNS.findall(text))
@@ -93,7 +127,16 @@ def _text_tokens(text: str) -> int:
         + _W_SPACE_RUN * len(_SPACE_RUNS.findall(text))
         + _W_NON_ASCII * non_ascii
     )
-    return max(1, int(score + 0.5))
+    tokens = max(1, int(score + 0.5))
+    if len(_MEMO) >= _MEMO_SIZE:
+        _MEMO.clear()
+    _MEMO[key] = tokens
+    return tokens
+
+
+def clear_memo() -> None:
+    """Forget every memoized count (for benchmarks measuring a cold start)."""
+    _MEMO.clear()
 
 
 def estimate_tokens(value: Any) -> int:
@@ -209,6 +252,16 @@ def register_token_counters() -> tuple[TokenCounter, ...]:
 
 
 _DEFAULT_COUNTER = EstimateCounter()
+
+
+def known_counter(name: str) -> list[str] | None:
+    """``None`` when a counter named ``name`` is registered, else the names that are."""
+    if name == "estimate":
+        return None
+    from .plugins import get_plugin_manager
+
+    names = sorted(get_plugin_manager().token_counters())
+    return None if name in names else names
 
 
 def get_counter(choice: str | Counter | None = None) -> Counter:

@@ -221,9 +221,9 @@ class WorkflowContext:
         ``ctx.reflection.last``. Only a callable can run again: a bare
         awaitable runs once.
 
-        ``token_budget`` applies to agent prompts inside the step that set no
-        budget of their own (see :class:`~groundswell.TokenBudget`); without
-        it, the enclosing budget's ``per_step`` entry for ``name`` applies.
+        ``token_budget`` applies to agent prompts inside the step (over the
+        agent's own budget; see :class:`~groundswell.TokenBudget`); without it,
+        the enclosing budget's ``per_step`` entry for ``name`` does.
         """
         if not isinstance(name, str) or not name:
             raise ConfigurationError(f"step name must be a non-empty string, got {name!r}")
@@ -242,10 +242,10 @@ class WorkflowContext:
         budget = check_budget(token_budget, f"step {name!r}")
         if budget is None:
             scope = _scope.get()
-            if scope is not None and scope.per_step and name in scope.per_step:
-                budget = scope.per_step[name]
+            if scope is not None and scope[0].per_step and name in scope[0].per_step:
+                budget = scope[0].per_step[name]
         if budget is not None:
-            token = _scope.set(budget)
+            token = _scope.set((budget, "step"))
             try:
                 return await self._step(name, fn, timeout, reflection)
             finally:
@@ -499,7 +499,9 @@ class Workflow(Generic[P, T]):
         if ctx.cache is None and outer is not None and outer.workflow is not None:
             ctx.cache = outer.workflow.cache
         token = _frame.set(Frame(tree, node, ctx))
-        scoped = _scope.set(self.token_budget) if self.token_budget is not None else None
+        scoped = (
+            _scope.set((self.token_budget, "workflow")) if self.token_budget is not None else None
+        )
         started = time.perf_counter()
         try:
             output = await self.executor(ctx, *args, **kwargs)

@@ -413,26 +413,52 @@ async def test_per_step_budgets_and_precedence() -> None:
     }
     assert by_step == {"skim": 2, "study": 0, "quick": 2}
 
-    # The agent's own budget beats the step's; PromptOverrides beat the agent's.
+    # PromptOverrides > the step's budget > the agent's own > the workflow's.
     model = Reader(pages=3)
     fake = FakeAnthropicAPI(model)
     own = run_reader(fake, budget=loose)
 
-    @workflow
-    async def nested(ctx: WorkflowContext) -> None:
-        await ctx.step("a", lambda: own.prompt(INSTRUCTION), token_budget=tight)
+    @workflow(token_budget=tight)
+    async def layered(ctx: WorkflowContext) -> None:
+        await ctx.step("a", lambda: own.prompt(INSTRUCTION))
+        await ctx.step("b", lambda: own.prompt(INSTRUCTION), token_budget=tight)
         await ctx.step(
-            "b",
-            lambda: own.prompt(INSTRUCTION, PromptOverrides(token_budget=tight)),
-            token_budget=loose,
+            "c",
+            lambda: own.prompt(INSTRUCTION, PromptOverrides(token_budget=loose)),
+            token_budget=tight,
         )
 
+    result = await layered.run()
+    budgets = {
+        s.name: s.children[0].metrics["budget"] for s in result.tree.find(type=NodeType.STEP)
+    }
+    assert {k: (v["source"], v["limit"]) for k, v in budgets.items()} == {
+        "a": ("agent", loose.input_limit(500)),
+        "b": ("step", tight.input_limit(500)),
+        "c": ("prompt_overrides", loose.input_limit(500)),
+    }
+    assert [v["enforcements"] for v in budgets.values()] == [0, 2, 0]
+
+
+async def test_per_step_entries_apply_to_nested_steps_and_name_their_source() -> None:
+    tight = budget_for(1.5)
+    model = Reader(pages=3)
+    fake = FakeAnthropicAPI(model)
+    agent = reader_agent(fake, TokenBudget(max_total=100_000, per_step={"outer": tight}))
+
+    @workflow
+    async def nested(ctx: WorkflowContext) -> None:
+        async def outer() -> None:
+            await ctx.step("inner", lambda: agent.prompt(INSTRUCTION))
+
+        await ctx.step("outer", outer)
+
     result = await nested.run()
-    a, b = (s.children[0] for s in result.tree.find(type=NodeType.STEP))
-    assert a.metrics["budget"]["limit"] == loose.input_limit(500)
-    assert a.metrics["budget"]["enforcements"] == 0
-    assert b.metrics["budget"]["limit"] == tight.input_limit(500)
-    assert b.metrics["budget"]["enforcements"] == 2
+    (prompt,) = result.tree.find(type=NodeType.PROMPT)
+    assert prompt.metrics["budget"]["source"] == "agent.per_step['outer']"
+    assert prompt.metrics["budget"]["limit"] == tight.input_limit(500)
+    (first, *_) = result.tree.find(type=NodeType.BUDGET)
+    assert first.payload["source"] == "agent.per_step['outer']"
 
 
 async def test_reserve_for_output_defaults_to_max_tokens() -> None:
@@ -592,3 +618,164 @@ async def test_a_plugin_counter_is_used_by_name() -> None:
     finally:
         manager.unregister(name)
     assert isinstance(PluginManager().token_counters()["estimate"].factory(), object)
+
+
+# -- what a review of the first version found ---------------------------------------------
+
+
+def sequence(gene: str) -> str:
+    """Fetch the DNA sequence of a gene."""
+    return "ACGT" * 50_000
+
+
+async def test_text_without_word_breaks_is_counted() -> None:
+    fake = FakeAnthropicAPI([tool_use("sequence", {"gene": "X"}), text("Done.")])
+    agent = Agent(
+        name="bio",
+        tools=[sequence],
+        client=fake.client(max_retries=0),
+        token_budget=TokenBudget(max_total=8_000, reserve_for_output=1_000, strategy="fail"),
+    )
+    with pytest.raises(TokenBudgetExceeded) as caught:
+        await agent.run("Fetch X.")
+    assert caught.value.breakdown["tool_results"] > 40_000
+    assert "use a strategy that removes turns" in str(caught.value)
+    assert "have the tools return less (one result cannot be cut)" in str(caught.value)
+    assert len(fake.requests) == 1
+    assert estimate_tokens("a" * 10_000) > 2_000
+    assert estimate_tokens("9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08") > 25
+
+
+def test_a_budget_with_no_room_for_input_is_refused_with_the_fix() -> None:
+    with pytest.raises(
+        ConfigurationError, match=r"reserve_for_output \(unset, so max_tokens=4096\)"
+    ):
+        Agent(name="a", token_budget=TokenBudget(max_total=2_000))
+    Agent(name="a", max_tokens=1_000, token_budget=TokenBudget(max_total=2_000))
+
+
+async def test_a_step_budget_with_no_room_fails_the_prompt_clearly() -> None:
+    fake = FakeAnthropicAPI([text("hi")])
+    agent = Agent(name="a", client=fake.client(max_retries=0))
+
+    @workflow
+    async def wf(ctx: WorkflowContext) -> None:
+        await ctx.step("s", lambda: agent.prompt("hi"), token_budget=TokenBudget(max_total=100))
+
+    with pytest.raises(groundswell.WorkflowError, match="leaves no room for input"):
+        await wf.run()
+    assert not fake.requests
+
+
+def summarizing(answer: str) -> tuple[Reader, FakeAnthropicAPI]:
+    model = Reader(pages=6)
+
+    def respond(request: MessagesRequest) -> Reply:
+        if request.system == SUMMARIZER_SYSTEM:
+            model.summaries.append(request)
+            return text(answer)
+        return model(request)
+
+    return model, FakeAnthropicAPI(respond)
+
+
+async def test_summarize_falls_back_when_the_summary_is_empty_or_too_long() -> None:
+    model, fake = summarizing("")
+    result = await reader_agent(fake, budget_for(3.5, strategy="summarize")).run(INSTRUCTION)
+    assert result.output == "The report is about Greek letters."
+    budgets = result.tree.find(type=NodeType.BUDGET)
+    assert budgets[0].payload["fallback"] == "sliding_window: the summarizer failed"
+    # A summarizer that failed is not asked again within the same prompt.
+    assert len(model.summaries) == 1
+    assert budgets[1].payload["fallback"] == (
+        "sliding_window: the summarizer failed earlier in this prompt"
+    )
+    assert not any(isinstance(r.messages[0]["content"], list) for r in model.main)
+
+    model, fake = summarizing("blah " * 3_000)
+    result = await reader_agent(fake, budget_for(3.5, strategy="summarize")).run(INSTRUCTION)
+    assert result.output == "The report is about Greek letters."
+    first = result.tree.find(type=NodeType.BUDGET)[0]
+    assert "left no room for the latest turn" in first.payload["fallback"]
+    for request in model.main:
+        assert_well_formed(request.messages)
+        assert isinstance(request.messages[0]["content"], str)  # no oversized summary sent
+    # The summarizer is asked for a summary that fits: max_tokens is capped.
+    assert model.summaries[0].body["max_tokens"] < 500
+
+
+async def test_the_summary_counts_in_the_prompts_usage() -> None:
+    model = Reader(pages=6)
+    fake = FakeAnthropicAPI(model)
+    result = await reader_agent(fake, budget_for(3.5, strategy="summarize")).run(INSTRUCTION)
+    summaries = result.tree.find(type=NodeType.SUMMARY)
+    assert summaries
+    calls = [n for n in result.node.children if n.type is NodeType.MODEL_CALL]
+    main = sum(c.metrics["usage"]["input_tokens"] for c in calls)
+    extra = sum(s.metrics["usage"]["input_tokens"] for s in summaries)
+    assert result.usage["input_tokens"] == main + extra
+    assert result.node.metrics["usage"] == result.usage
+
+
+def test_the_estimate_memo_does_not_keep_texts_alive() -> None:
+    import sys
+
+    big = "word " * 100_000
+    before = sys.getrefcount(big)
+    estimate_tokens(big)
+    assert sys.getrefcount(big) == before
+
+
+def test_unknown_counter_names_are_refused_when_the_budget_is_built() -> None:
+    with pytest.raises(ConfigurationError, match=r"no token counter named 'nope'; available: \["):
+        TokenBudget(max_total=1_000, counter="nope")
+
+
+async def test_the_response_schema_counts_towards_the_budget() -> None:
+    from pydantic import BaseModel
+
+    class Report(BaseModel):
+        title: str
+        findings: list[str]
+        severity_by_finding: dict[str, int]
+
+    fake = FakeAnthropicAPI()  # answers to the schema
+    agent = Agent(name="a", client=fake.client(max_retries=0), max_tokens=100)
+    budget = TokenBudget(max_total=100_000, reserve_for_output=0)
+    plain = await agent.run("Report", PromptOverrides(token_budget=budget))
+    shaped = await agent.run(
+        groundswell.Prompt(user="Report", response_format=Report),
+        PromptOverrides(token_budget=budget),
+    )
+    grown = (
+        shaped.node.metrics["budget"]["last_tokens"] - plain.node.metrics["budget"]["last_tokens"]
+    )
+    assert grown >= estimate_tokens(Report.model_json_schema()) > 20
+
+
+def test_a_paused_turn_and_its_continuation_are_one_turn() -> None:
+    from groundswell.budget import split_turns
+
+    messages = [
+        {"role": "user", "content": "search the web"},
+        {"role": "assistant", "content": [{"type": "text", "text": "searching"}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "still searching"}]},
+        {"role": "user", "content": "go on"},
+        {"role": "assistant", "content": [{"type": "text", "text": "found it"}]},
+    ]
+    head, turns = split_turns(messages, [10] * len(messages))
+    assert head == 1
+    assert [(t.start, t.end) for t in turns] == [(1, 4), (4, 5)]
+
+
+async def test_the_error_names_the_right_fix() -> None:
+    model = Reader(pages=3)
+    fake = FakeAnthropicAPI(model)
+    with pytest.raises(TokenBudgetExceeded) as caught:
+        await reader_agent(fake, budget_for(0.5)).run(INSTRUCTION)
+    message = str(caught.value)
+    assert "sliding_window cannot make the request fit" in message
+    assert "the instruction and the latest turn alone exceed" in message
+    assert "largest part: tools" in message
+    assert "send fewer or shorter tool definitions" in message
+    assert "use a strategy that removes turns" not in message

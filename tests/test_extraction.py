@@ -242,3 +242,31 @@ def test_compiled_patterns_keep_their_flags_and_gain_dotall_ignorecase() -> None
     assert Extract(r"<a>(.*)</a>", "a", default="none").apply("nothing") == "none"
     with pytest.raises(ExtractionError):
         Extract(r"<a>(.*)</a>", "a", required=True).apply("nothing")
+
+
+async def test_a_structured_answer_extracts_the_same_live_and_from_the_cache() -> None:
+    from groundswell_lru import LRUCache
+
+    fake = FakeAnthropicAPI(lambda r: text('{\n  "approve": true,\n  "reason": "fine"\n}'))
+    agent = Agent(name="judge", client=fake.client(max_retries=0), cache=LRUCache())
+    prompt = Prompt(
+        user="Judge",
+        response_format=Verdict,
+        extract=Extract(r'"reason":\s*"(.*?)"', "reason", required=True),
+    )
+    live = await agent.run(prompt)
+    hit = await agent.run(prompt)
+    assert hit.node.metrics["cache"] == "hit"
+    assert live.extracted == hit.extracted == {"reason": "fine"}
+
+
+def test_edge_cases_of_rules() -> None:
+    with pytest.raises(ConfigurationError, match=r"must match text \(str\), not bytes"):
+        Extract(re.compile(rb"<a>(.*)</a>"), "a")  # type: ignore[arg-type]
+    with pytest.raises(ExtractionError, match="matched only blank text"):
+        Extract(r"<answer>(.*?)</answer>", "answer", required=True).apply("<answer> </answer>")
+    assert Extract(r"<answer>(.*?)</answer>", "answer").apply("<answer></answer>") == ""
+    assert Extract(r"<i>(.*?)</i>", "items", multiple=True).apply("none") == []
+    one_line = Extract(r"<c>(.*?)</c>", "c", format="json")
+    assert one_line.apply('<c>```json {"a": 1}```</c>') == {"a": 1}
+    assert Extract(r"<c>(.*?)</c>", "c", format="code").apply("<c>```x = 1```</c>") == "x = 1"
