@@ -120,3 +120,20 @@ def redis_server_url() -> str:
 def redis_prefix() -> str:
     """A key prefix no other test (or test run) uses."""
     return f"gs-test:{os.getpid()}:{os.urandom(4).hex()}:"
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> str:
+    """The PostgreSQL server for tests as a SQLAlchemy URL (GROUNDSWELL_TEST_POSTGRES_URL,
+    default postgresql://postgres@127.0.0.1:5432/test)."""
+    raw = os.environ.get(
+        "GROUNDSWELL_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"
+    )
+    try:
+        import psycopg
+
+        with psycopg.connect(raw, connect_timeout=3):
+            pass
+    except Exception as exc:  # no driver, no server, no database
+        _service_missing("PostgreSQL", raw, exc)
+    return raw.replace("postgresql://", "postgresql+psycopg://", 1)

@@ -1,0 +1,639 @@
+"""The history store: sessions, iterations and memory in SQL through SQLAlchemy 2.
+
+``HistoryStore(url)`` takes any SQLAlchemy URL; the default is a SQLite file
+at ``$GROUNDSWELL_HOME/history.db`` (``~/.groundswell/history.db``). The
+schema is created, and migrated, by the store itself. SQLite runs in WAL mode
+with a busy timeout, so several processes can write at once and a process
+killed mid-write leaves a readable file.
+
+Everything stored passes through :func:`groundswell.redact` plus a filter for
+keys and bearer tokens, so credentials never reach the store.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import re
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import groundswell
+from groundswell import ConfigurationError
+
+from .relevance import relevance
+
+__all__ = ["MEMORY_KINDS", "HistoryStore", "Memory", "Session", "default_url"]
+
+SCHEMA_VERSION = 1
+MEMORY_KINDS = ("context", "learning", "preference", "error_pattern", "success_pattern")
+MemoryKind = Literal["context", "learning", "preference", "error_pattern", "success_pattern"]
+REDACTED = "**********"
+# Anthropic keys and bearer tokens, wherever they appear in text.
+_SECRET_TEXT = re.compile(r"sk-ant-[A-Za-z0-9_\-]{8,}|(?i:bearer\s+)[A-Za-z0-9._\-]{12,}")
+SUMMARY_CHARS = 2_000
+
+
+def _sqlalchemy() -> Any:
+    try:
+        import sqlalchemy
+    except ImportError as exc:
+        raise ConfigurationError(
+            'session history needs SQLAlchemy: pip install "groundswell[history]"'
+        ) from exc
+    return sqlalchemy
+
+
+def default_url() -> str:
+    """``GROUNDSWELL_HISTORY_URL``, else a SQLite file in ``GROUNDSWELL_HOME`` (``~/.groundswell``)."""
+    url = os.environ.get("GROUNDSWELL_HISTORY_URL")
+    if url:
+        return url
+    home = Path(os.environ.get("GROUNDSWELL_HOME") or Path.home() / ".groundswell")
+    return f"sqlite:///{home / 'history.db'}"
+
+
+def clean(value: Any) -> Any:
+    """``value`` made JSON-safe with credentials removed (keys, registered secrets, tokens)."""
+    return _strings(groundswell.redact(value))
+
+
+def _strings(value: Any) -> Any:
+    if isinstance(value, str):
+        return _SECRET_TEXT.sub(REDACTED, value)
+    if isinstance(value, dict):
+        return {k: _strings(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_strings(v) for v in value]
+    return value
+
+
+def summarize(value: Any, limit: int = SUMMARY_CHARS) -> str:
+    """A short, secret-free text for ``value`` (what the store keeps of inputs and outputs)."""
+    cleaned = clean(value)
+    text = cleaned if isinstance(cleaned, str) else json.dumps(cleaned, ensure_ascii=False)
+    return text if len(text) <= limit else f"{text[:limit]}… [{len(text) - limit} more characters]"
+
+
+@dataclass
+class Session:
+    """One recorded agent session: a top-level ``agent.prompt`` call and its turns."""
+
+    id: str
+    agent_id: str
+    status: str
+    started_at: float
+    ended_at: float | None = None
+    task_id: str | None = None
+    task_signature: str | None = None
+    title: str | None = None
+    category: str | None = None
+    file_patterns: list[str] = field(default_factory=list)
+    metadata: dict[str, Any] = field(default_factory=dict)
+    output_summary: str | None = None
+    error: str | None = None
+    run_id: str | None = None
+    iterations: list[dict[str, Any]] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (``iterations`` only when loaded)."""
+        data = {k: v for k, v in self.__dict__.items() if k != "iterations"}
+        if self.iterations is not None:
+            data["iterations"] = self.iterations
+        return data
+
+
+@dataclass
+class Memory:
+    """One thing an agent remembers."""
+
+    agent_id: str
+    key: str
+    content: str
+    kind: str
+    importance: float
+    access_count: int
+    created_at: float
+    last_accessed_at: float | None
+    expires_at: float | None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+class HistoryStore:
+    """Sessions, iterations and memories of agents, in any SQLAlchemy database."""
+
+    def __init__(self, url: str | None = None, *, echo: bool = False) -> None:
+        sa = _sqlalchemy()
+        self.url = url or default_url()
+        if self.url.startswith("sqlite:///") and not self.url.startswith("sqlite:///:memory:"):
+            Path(self.url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            options: dict[str, Any] = {"echo": echo, "future": True}
+            if self.url.startswith("sqlite"):
+                options["connect_args"] = {"timeout": 30}
+            else:
+                options["pool_pre_ping"] = True
+            self.engine = sa.create_engine(self.url, **options)
+        except Exception as exc:  # a malformed URL, an unknown dialect or driver
+            raise ConfigurationError(
+                f"history store: cannot use {_safe_url(self.url)!r}: {exc}"
+            ) from exc
+        if self.engine.dialect.name == "sqlite":
+            sa.event.listen(self.engine, "connect", _sqlite_pragmas)
+        self._tables = _tables(sa)
+        self.migrate()
+
+    # -- schema -------------------------------------------------------------------------
+
+    def migrate(self) -> int:
+        """Create the tables, or bring an older schema up to date; returns the version."""
+        sa = _sqlalchemy()
+        try:
+            return self._migrate(sa)
+        except (sa.exc.IntegrityError, sa.exc.ProgrammingError, sa.exc.OperationalError):
+            # Two processes creating the schema at once: one loses the race; the
+            # schema is there by now, so once more finds it and only checks it.
+            time.sleep(0.2)
+            return self._migrate(sa)
+
+    def _migrate(self, sa: Any) -> int:
+        meta, info, *_ = self._tables
+        with self.engine.begin() as conn:
+            meta.create_all(conn, checkfirst=True)
+            row = conn.execute(
+                sa.select(info.c.value).where(info.c.key == "schema_version")
+            ).first()
+            found = int(row[0]) if row else 0
+            if found > SCHEMA_VERSION:
+                raise ConfigurationError(
+                    f"history store at {_safe_url(self.url)!r} has schema version {found}, newer "
+                    f"than this groundswell understands ({SCHEMA_VERSION}); upgrade groundswell"
+                )
+            # Version 1 is the first schema: there is nothing older to convert yet.
+            if row is None:
+                conn.execute(info.insert().values(key="schema_version", value=str(SCHEMA_VERSION)))
+            elif found < SCHEMA_VERSION:
+                conn.execute(
+                    info.update()
+                    .where(info.c.key == "schema_version")
+                    .values(value=str(SCHEMA_VERSION))
+                )
+        return SCHEMA_VERSION
+
+    def close(self) -> None:
+        """Release the database connections."""
+        self.engine.dispose()
+
+    # -- sessions ----------------------------------------------------------------------
+
+    def start_session(
+        self,
+        session_id: str,
+        agent_id: str,
+        *,
+        started_at: float | None = None,
+        task_id: str | None = None,
+        task_signature: str | None = None,
+        title: str | None = None,
+        category: str | None = None,
+        file_patterns: Sequence[str] = (),
+        metadata: Mapping[str, Any] | None = None,
+        run_id: str | None = None,
+    ) -> None:
+        """Record that a session started (status ``running``)."""
+        sessions = self._tables[2]
+        with self.engine.begin() as conn:
+            conn.execute(
+                sessions.insert().values(
+                    id=session_id,
+                    agent_id=agent_id,
+                    status="running",
+                    started_at=time.time() if started_at is None else started_at,
+                    task_id=task_id,
+                    task_signature=str(task_signature) if task_signature else None,
+                    title=clean(title) if title else None,
+                    category=category,
+                    file_patterns=json.dumps(sorted(set(file_patterns))),
+                    metadata=json.dumps(clean(dict(metadata or {}))),
+                    run_id=run_id,
+                )
+            )
+
+    def end_session(
+        self,
+        session_id: str,
+        status: Literal["completed", "failed"],
+        *,
+        ended_at: float | None = None,
+        output: Any = None,
+        error: str | None = None,
+    ) -> None:
+        """Record how a session ended, with a secret-free summary of its output or error."""
+        sessions = self._tables[2]
+        with self.engine.begin() as conn:
+            conn.execute(
+                sessions.update()
+                .where(sessions.c.id == session_id)
+                .values(
+                    status=status,
+                    ended_at=time.time() if ended_at is None else ended_at,
+                    output_summary=None if output is None else summarize(output),
+                    error=None if error is None else summarize(error),
+                )
+            )
+
+    def add_iteration(
+        self,
+        session_id: str,
+        kind: str,
+        *,
+        name: str = "",
+        status: str = "completed",
+        input: Any = None,
+        output: Any = None,
+        error: str | None = None,
+        started_at: float | None = None,
+        ended_at: float | None = None,
+        usage: Mapping[str, int] | None = None,
+    ) -> None:
+        """Record one iteration of a session: a model turn, a tool call or an error."""
+        sa = _sqlalchemy()
+        iterations = self._tables[3]
+        with self.engine.begin() as conn:
+            seq = conn.execute(
+                sa.select(sa.func.count())
+                .select_from(iterations)
+                .where(iterations.c.session_id == session_id)
+            ).scalar_one()
+            conn.execute(
+                iterations.insert().values(
+                    session_id=session_id,
+                    seq=int(seq) + 1,
+                    kind=kind,
+                    name=name,
+                    status=status,
+                    input_summary=None if input is None else summarize(input),
+                    output_summary=None if output is None else summarize(output),
+                    error=None if error is None else summarize(error),
+                    started_at=started_at,
+                    ended_at=ended_at,
+                    usage=json.dumps(dict(usage or {})),
+                )
+            )
+
+    def session(self, session_id: str, *, include_iterations: bool = True) -> Session | None:
+        """One session by id, or ``None``."""
+        sa = _sqlalchemy()
+        sessions = self._tables[2]
+        with self.engine.connect() as conn:
+            row = conn.execute(sa.select(sessions).where(sessions.c.id == session_id)).first()
+            if row is None:
+                return None
+            found = _session(row)
+            if include_iterations:
+                found.iterations = self._iterations(conn, [found.id])[found.id]
+        return found
+
+    def sessions(
+        self,
+        agent_id: str,
+        *,
+        limit: int | None = None,
+        include_failures: bool = True,
+        include_iterations: bool = False,
+    ) -> list[Session]:
+        """An agent's sessions, newest first."""
+        sa = _sqlalchemy()
+        sessions = self._tables[2]
+        query = sa.select(sessions).where(sessions.c.agent_id == agent_id)
+        if not include_failures:
+            query = query.where(sessions.c.status != "failed")
+        query = query.order_by(sessions.c.started_at.desc())
+        if limit is not None:
+            query = query.limit(limit)
+        with self.engine.connect() as conn:
+            found = [_session(row) for row in conn.execute(query)]
+            if include_iterations and found:
+                loaded = self._iterations(conn, [s.id for s in found])
+                for s in found:
+                    s.iterations = loaded[s.id]
+        return found
+
+    def relevant_sessions(
+        self,
+        agent_id: str,
+        *,
+        task_signature: str | None = None,
+        limit: int = 10,
+        min_relevance: float = 0.5,
+        include_iterations: bool = False,
+        include_failures: bool = True,
+        now: float | None = None,
+    ) -> list[tuple[Session, float]]:
+        """An agent's sessions scored by :func:`relevance`, best first, at least ``min_relevance``."""
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, got {limit}")
+        if not 0.0 <= min_relevance <= 1.0:
+            raise ValueError(f"min_relevance must be between 0 and 1, got {min_relevance}")
+        now = time.time() if now is None else now
+        scored = [
+            (s, relevance(s, task_signature, now))
+            for s in self.sessions(agent_id, include_failures=include_failures)
+        ]
+        ranked = sorted(
+            (pair for pair in scored if pair[1] >= min_relevance),
+            key=lambda pair: (-pair[1], -pair[0].started_at),
+        )[:limit]
+        if include_iterations and ranked:
+            with self.engine.connect() as conn:
+                loaded = self._iterations(conn, [s.id for s, _ in ranked])
+            for s, _ in ranked:
+                s.iterations = loaded[s.id]
+        return ranked
+
+    def _iterations(self, conn: Any, session_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
+        sa = _sqlalchemy()
+        iterations = self._tables[3]
+        found: dict[str, list[dict[str, Any]]] = {sid: [] for sid in session_ids}
+        rows = conn.execute(
+            sa.select(iterations)
+            .where(iterations.c.session_id.in_(session_ids))
+            .order_by(iterations.c.session_id, iterations.c.seq)
+        )
+        for row in rows:
+            item = dict(row._mapping)
+            item["usage"] = json.loads(item["usage"] or "{}")
+            found[item.pop("session_id")].append(item)
+        return found
+
+    # -- memory ------------------------------------------------------------------------
+
+    def remember(
+        self,
+        agent_id: str,
+        key: str,
+        content: str,
+        *,
+        kind: MemoryKind = "context",
+        importance: float = 0.5,
+        ttl: float | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Memory:
+        """Store (or replace) what ``agent_id`` remembers under ``key``.
+
+        ``importance`` is 0 to 1; ``ttl`` (seconds) makes the memory expire.
+        """
+        if kind not in MEMORY_KINDS:
+            raise ValueError(f"memory kind must be one of {', '.join(MEMORY_KINDS)}; got {kind!r}")
+        if not 0.0 <= importance <= 1.0 or math.isnan(importance):
+            raise ValueError(f"importance must be between 0 and 1, got {importance}")
+        if ttl is not None and ttl <= 0:
+            raise ValueError(f"ttl must be seconds > 0, got {ttl}")
+        if not key or not isinstance(key, str):
+            raise ValueError(f"memory key must be a non-empty string, got {key!r}")
+        sa = _sqlalchemy()
+        memories = self._tables[4]
+        now = time.time()
+        values: dict[str, Any] = {
+            "content": summarize(content, limit=20_000),
+            "kind": kind,
+            "importance": float(importance),
+            "created_at": now,
+            "last_accessed_at": None,
+            "access_count": 0,
+            "expires_at": None if ttl is None else now + ttl,
+            "metadata": json.dumps(clean(dict(metadata or {}))),
+        }
+        where = (memories.c.agent_id == agent_id) & (memories.c.key == key)
+        with self.engine.begin() as conn:
+            updated = conn.execute(memories.update().where(where).values(**values)).rowcount
+            if not updated:
+                try:
+                    with conn.begin_nested():
+                        conn.execute(memories.insert().values(agent_id=agent_id, key=key, **values))
+                except sa.exc.IntegrityError:  # another writer inserted it first: replace theirs
+                    conn.execute(memories.update().where(where).values(**values))
+        return Memory(
+            agent_id=agent_id,
+            key=key,
+            content=values["content"],
+            kind=kind,
+            importance=values["importance"],
+            access_count=0,
+            created_at=now,
+            last_accessed_at=None,
+            expires_at=values["expires_at"],
+            metadata=json.loads(values["metadata"]),
+        )
+
+    def recall(self, agent_id: str, key: str) -> Memory | None:
+        """What ``agent_id`` remembers under ``key`` (counted as an access), or ``None``."""
+        sa = _sqlalchemy()
+        memories = self._tables[4]
+        now = time.time()
+        where = (memories.c.agent_id == agent_id) & (memories.c.key == key)
+        with self.engine.begin() as conn:
+            row = conn.execute(sa.select(memories).where(where)).first()
+            if row is None:
+                return None
+            if row.expires_at is not None and row.expires_at <= now:
+                conn.execute(memories.delete().where(where))
+                return None
+            conn.execute(
+                memories.update()
+                .where(where)
+                .values(access_count=memories.c.access_count + 1, last_accessed_at=now)
+            )
+        memory = _memory(row)
+        memory.access_count += 1
+        memory.last_accessed_at = now
+        return memory
+
+    def recall_all(
+        self,
+        agent_id: str,
+        *,
+        kind: MemoryKind | None = None,
+        min_importance: float = 0.0,
+        limit: int | None = None,
+    ) -> list[Memory]:
+        """An agent's live memories, most important first (then most recent)."""
+        sa = _sqlalchemy()
+        memories = self._tables[4]
+        now = time.time()
+        query = sa.select(memories).where(
+            (memories.c.agent_id == agent_id)
+            & (memories.c.importance >= min_importance)
+            & ((memories.c.expires_at.is_(None)) | (memories.c.expires_at > now))
+        )
+        if kind is not None:
+            query = query.where(memories.c.kind == kind)
+        query = query.order_by(memories.c.importance.desc(), memories.c.created_at.desc())
+        if limit is not None:
+            query = query.limit(limit)
+        with self.engine.connect() as conn:
+            return [_memory(row) for row in conn.execute(query)]
+
+    def forget(self, agent_id: str, key: str | None = None) -> int:
+        """Forget one memory (or, with no ``key``, all of an agent's); returns how many."""
+        memories = self._tables[4]
+        where = memories.c.agent_id == agent_id
+        if key is not None:
+            where = where & (memories.c.key == key)
+        with self.engine.begin() as conn:
+            return int(conn.execute(memories.delete().where(where)).rowcount)
+
+    def learn_error(
+        self, agent_id: str, error: str, *, fix: str | None = None, importance: float = 0.7
+    ) -> Memory:
+        """Remember an error pattern (and how it was fixed); the same error is one memory."""
+        content = error if fix is None else f"{error}\nFix: {fix}"
+        return self.remember(
+            agent_id,
+            f"error:{_digest(error)}",
+            content,
+            kind="error_pattern",
+            importance=importance,
+        )
+
+    def learn_success(
+        self,
+        agent_id: str,
+        approach: str,
+        *,
+        task_signature: str | None = None,
+        importance: float = 0.6,
+    ) -> Memory:
+        """Remember an approach that worked (for a task signature, when given)."""
+        return self.remember(
+            agent_id,
+            f"success:{_digest(approach)}",
+            approach,
+            kind="success_pattern",
+            importance=importance,
+            metadata={"task_signature": task_signature} if task_signature else None,
+        )
+
+    def purge_expired(self) -> int:
+        """Delete expired memories; returns how many."""
+        memories = self._tables[4]
+        now = time.time()
+        with self.engine.begin() as conn:
+            return int(
+                conn.execute(
+                    memories.delete().where(
+                        memories.c.expires_at.is_not(None) & (memories.c.expires_at <= now)
+                    )
+                ).rowcount
+            )
+
+    def __repr__(self) -> str:
+        return f"HistoryStore({_safe_url(self.url)!r})"
+
+    def __enter__(self) -> HistoryStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.strip().encode()).hexdigest()[:16]
+
+
+def _safe_url(url: str) -> str:
+    """The URL without its password."""
+    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    # WAL lets readers and one writer work at once and survives a killed process;
+    # the busy timeout makes concurrent writers wait instead of failing.
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.close()
+
+
+def _tables(sa: Any) -> tuple[Any, Any, Any, Any, Any]:
+    meta = sa.MetaData()
+    info = sa.Table(
+        "gs_history_info",
+        meta,
+        sa.Column("key", sa.String(64), primary_key=True),
+        sa.Column("value", sa.Text, nullable=False),
+    )
+    sessions = sa.Table(
+        "gs_sessions",
+        meta,
+        sa.Column("id", sa.String(64), primary_key=True),
+        sa.Column("agent_id", sa.String(200), nullable=False, index=True),
+        sa.Column("status", sa.String(16), nullable=False),
+        sa.Column("started_at", sa.Float, nullable=False),
+        sa.Column("ended_at", sa.Float),
+        sa.Column("task_id", sa.String(200)),
+        sa.Column("task_signature", sa.String(64), index=True),
+        sa.Column("title", sa.Text),
+        sa.Column("category", sa.String(200)),
+        sa.Column("file_patterns", sa.Text, nullable=False, default="[]"),
+        sa.Column("metadata", sa.Text, nullable=False, default="{}"),
+        sa.Column("output_summary", sa.Text),
+        sa.Column("error", sa.Text),
+        sa.Column("run_id", sa.String(64)),
+    )
+    iterations = sa.Table(
+        "gs_iterations",
+        meta,
+        sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+        sa.Column(
+            "session_id",
+            sa.String(64),
+            sa.ForeignKey("gs_sessions.id", ondelete="CASCADE"),
+            nullable=False,
+            index=True,
+        ),
+        sa.Column("seq", sa.Integer, nullable=False),
+        sa.Column("kind", sa.String(32), nullable=False),
+        sa.Column("name", sa.String(200), nullable=False, default=""),
+        sa.Column("status", sa.String(16), nullable=False),
+        sa.Column("input_summary", sa.Text),
+        sa.Column("output_summary", sa.Text),
+        sa.Column("error", sa.Text),
+        sa.Column("started_at", sa.Float),
+        sa.Column("ended_at", sa.Float),
+        sa.Column("usage", sa.Text, nullable=False, default="{}"),
+    )
+    memories = sa.Table(
+        "gs_memories",
+        meta,
+        sa.Column("agent_id", sa.String(200), primary_key=True),
+        sa.Column("key", sa.String(200), primary_key=True),
+        sa.Column("content", sa.Text, nullable=False),
+        sa.Column("kind", sa.String(32), nullable=False),
+        sa.Column("importance", sa.Float, nullable=False),
+        sa.Column("access_count", sa.Integer, nullable=False, default=0),
+        sa.Column("created_at", sa.Float, nullable=False),
+        sa.Column("last_accessed_at", sa.Float),
+        sa.Column("expires_at", sa.Float),
+        sa.Column("metadata", sa.Text, nullable=False, default="{}"),
+    )
+    return meta, info, sessions, iterations, memories
+
+
+def _session(row: Any) -> Session:
+    data = dict(row._mapping)
+    data["file_patterns"] = json.loads(data["file_patterns"] or "[]")
+    data["metadata"] = json.loads(data["metadata"] or "{}")
+    return Session(**data)
+
+
+def _memory(row: Any) -> Memory:
+    data = dict(row._mapping)
+    data["metadata"] = json.loads(data["metadata"] or "{}")
+    return Memory(**data)
