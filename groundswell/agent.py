@@ -163,6 +163,8 @@ class Agent:
     ``spawnable`` (name → :class:`~groundswell.Workflow`) and
     ``prompt_templates`` (name → :class:`~groundswell.PromptTemplate`) are what
     the introspection tools may start or build on its behalf.
+    ``history=True`` asks the session history plugin (``groundswell_history``)
+    to record this agent's sessions.
     ``client`` is an ``anthropic.AsyncAnthropic`` (one is made from
     ``ANTHROPIC_API_KEY`` when omitted).
     """
@@ -200,6 +202,7 @@ class Agent:
         reflection: ReflectionConfig | None = None,
         spawnable: Mapping[str, Any] | None = None,
         prompt_templates: Mapping[str, PromptTemplate] | None = None,
+        history: bool = False,
         client: anthropic.AsyncAnthropic | None = None,
     ) -> None:
         if not isinstance(name, str) or not name.strip():
@@ -279,6 +282,10 @@ class Agent:
                     f"prompt_templates[{key!r}] must be a groundswell.PromptTemplate, "
                     f"got {type(template).__name__}"
                 )
+        if not isinstance(history, bool):
+            raise ConfigurationError(f"history must be True or False, got {history!r}")
+        #: Whether the session history plugin records this agent's sessions.
+        self.history = history
         self._client = client
         if client is not None and isinstance(client.api_key, str):
             register_secret(client.api_key)
@@ -562,6 +569,8 @@ class Agent:
         }
         if prompt.data is not None:
             payload["data"] = prompt.data
+        if self.history:
+            payload["history"] = True
         node = tree.start_node(
             NodeType.PROMPT, self.name, outer.node if outer else None, payload=payload
         )

@@ -181,11 +181,15 @@ def test_records_validate_their_fields() -> None:
 @pytest.mark.parametrize(
     ("load", "disable", "expected"),
     [
-        (None, None, {"lru", "redis", "reflection", "introspection", "otel", "jsonl", "good"}),
+        (
+            None,
+            None,
+            {"lru", "redis", "reflection", "introspection", "otel", "jsonl", "history", "good"},
+        ),
         ("", None, set()),
         ("good", None, {"good"}),
         ("good,lru", "lru", {"good"}),
-        (None, "lru, good, redis, reflection, introspection, otel, jsonl", set()),
+        (None, "lru, good, redis, reflection, introspection, otel, jsonl, history", set()),
     ],
 )
 def test_env_allow_and_deny_lists(

@@ -7,20 +7,54 @@ works as is; PostgreSQL also needs a driver such as ``psycopg[binary]``).
   memories (``remember``, ``recall``, ``recall_all``, ``forget``,
   ``learn_error``, ``learn_success``) in any SQLAlchemy database.
 - :func:`task_signature` and :func:`relevance` score past sessions for a task.
+- The ``history`` event sink records the sessions of ``Agent(history=True)``
+  agents (of every agent when ``GROUNDSWELL_HISTORY_URL`` is set) into the
+  store at :func:`default_url`; :func:`set_task` says which task a step
+  works on.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import logging
+import os
+from typing import Any
+
+from groundswell import EventSink, hookimpl
+
 from .relevance import TaskSignature, relevance, task_signature
+from .sink import HistorySink, set_task
 from .store import MEMORY_KINDS, HistoryStore, Memory, Session, default_url
 
 __all__ = [
     "MEMORY_KINDS",
+    "HistorySink",
     "HistoryStore",
     "Memory",
     "Session",
     "TaskSignature",
     "default_url",
     "relevance",
+    "set_task",
     "task_signature",
 ]
+
+
+def _make_sink() -> HistorySink | None:
+    if importlib.util.find_spec("sqlalchemy") is None:
+        if os.environ.get("GROUNDSWELL_HISTORY_URL"):
+            logging.getLogger("groundswell.history").warning(
+                "GROUNDSWELL_HISTORY_URL is set, but session history needs SQLAlchemy: "
+                'pip install "groundswell[history]"; sessions are not recorded'
+            )
+        return None
+    return HistorySink()
+
+
+@hookimpl
+def register_event_sinks() -> Any:
+    return EventSink(
+        name="history",
+        factory=_make_sink,
+        description="records agent sessions (Agent(history=True) or GROUNDSWELL_HISTORY_URL)",
+    )

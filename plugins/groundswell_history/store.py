@@ -206,23 +206,61 @@ class HistoryStore:
         run_id: str | None = None,
     ) -> None:
         """Record that a session started (status ``running``)."""
-        sessions = self._tables[2]
         with self.engine.begin() as conn:
-            conn.execute(
-                sessions.insert().values(
-                    id=session_id,
-                    agent_id=agent_id,
-                    status="running",
-                    started_at=time.time() if started_at is None else started_at,
-                    task_id=task_id,
-                    task_signature=str(task_signature) if task_signature else None,
-                    title=clean(title) if title else None,
-                    category=category,
-                    file_patterns=json.dumps(sorted(set(file_patterns))),
-                    metadata=json.dumps(clean(dict(metadata or {}))),
-                    run_id=run_id,
-                )
+            self._start_session(
+                conn,
+                session_id,
+                agent_id,
+                started_at=started_at,
+                task_id=task_id,
+                task_signature=task_signature,
+                title=title,
+                category=category,
+                file_patterns=file_patterns,
+                metadata=metadata,
+                run_id=run_id,
             )
+
+    def write_batch(self, operations: Sequence[tuple[str, Mapping[str, Any]]]) -> None:
+        """Apply ``(method, kwargs)`` operations (``start_session``, ``add_iteration``,
+        ``end_session``) in one transaction: all of them or none."""
+        with self.engine.begin() as conn:
+            for method, kwargs in operations:
+                if method not in ("start_session", "add_iteration", "end_session"):
+                    raise ValueError(f"write_batch: unknown operation {method!r}")
+                getattr(self, f"_{method}")(conn, **kwargs)
+
+    def _start_session(
+        self,
+        conn: Any,
+        session_id: str,
+        agent_id: str,
+        *,
+        started_at: float | None = None,
+        task_id: str | None = None,
+        task_signature: str | None = None,
+        title: str | None = None,
+        category: str | None = None,
+        file_patterns: Sequence[str] = (),
+        metadata: Mapping[str, Any] | None = None,
+        run_id: str | None = None,
+    ) -> None:
+        sessions = self._tables[2]
+        conn.execute(
+            sessions.insert().values(
+                id=session_id,
+                agent_id=agent_id,
+                status="running",
+                started_at=time.time() if started_at is None else started_at,
+                task_id=task_id,
+                task_signature=str(task_signature) if task_signature else None,
+                title=clean(title) if title else None,
+                category=category,
+                file_patterns=json.dumps(sorted(set(file_patterns))),
+                metadata=json.dumps(clean(dict(metadata or {}))),
+                run_id=run_id,
+            )
+        )
 
     def end_session(
         self,
@@ -234,18 +272,32 @@ class HistoryStore:
         error: str | None = None,
     ) -> None:
         """Record how a session ended, with a secret-free summary of its output or error."""
-        sessions = self._tables[2]
         with self.engine.begin() as conn:
-            conn.execute(
-                sessions.update()
-                .where(sessions.c.id == session_id)
-                .values(
-                    status=status,
-                    ended_at=time.time() if ended_at is None else ended_at,
-                    output_summary=None if output is None else summarize(output),
-                    error=None if error is None else summarize(error),
-                )
+            self._end_session(
+                conn, session_id, status, ended_at=ended_at, output=output, error=error
             )
+
+    def _end_session(
+        self,
+        conn: Any,
+        session_id: str,
+        status: str,
+        *,
+        ended_at: float | None = None,
+        output: Any = None,
+        error: str | None = None,
+    ) -> None:
+        sessions = self._tables[2]
+        conn.execute(
+            sessions.update()
+            .where(sessions.c.id == session_id)
+            .values(
+                status=status,
+                ended_at=time.time() if ended_at is None else ended_at,
+                output_summary=None if output is None else summarize(output),
+                error=None if error is None else summarize(error),
+            )
+        )
 
     def add_iteration(
         self,
@@ -262,29 +314,58 @@ class HistoryStore:
         usage: Mapping[str, int] | None = None,
     ) -> None:
         """Record one iteration of a session: a model turn, a tool call or an error."""
+        with self.engine.begin() as conn:
+            self._add_iteration(
+                conn,
+                session_id,
+                kind,
+                name=name,
+                status=status,
+                input=input,
+                output=output,
+                error=error,
+                started_at=started_at,
+                ended_at=ended_at,
+                usage=usage,
+            )
+
+    def _add_iteration(
+        self,
+        conn: Any,
+        session_id: str,
+        kind: str,
+        *,
+        name: str = "",
+        status: str = "completed",
+        input: Any = None,
+        output: Any = None,
+        error: str | None = None,
+        started_at: float | None = None,
+        ended_at: float | None = None,
+        usage: Mapping[str, int] | None = None,
+    ) -> None:
         sa = _sqlalchemy()
         iterations = self._tables[3]
-        with self.engine.begin() as conn:
-            seq = conn.execute(
-                sa.select(sa.func.count())
-                .select_from(iterations)
-                .where(iterations.c.session_id == session_id)
-            ).scalar_one()
-            conn.execute(
-                iterations.insert().values(
-                    session_id=session_id,
-                    seq=int(seq) + 1,
-                    kind=kind,
-                    name=name,
-                    status=status,
-                    input_summary=None if input is None else summarize(input),
-                    output_summary=None if output is None else summarize(output),
-                    error=None if error is None else summarize(error),
-                    started_at=started_at,
-                    ended_at=ended_at,
-                    usage=json.dumps(dict(usage or {})),
-                )
+        seq = conn.execute(
+            sa.select(sa.func.count())
+            .select_from(iterations)
+            .where(iterations.c.session_id == session_id)
+        ).scalar_one()
+        conn.execute(
+            iterations.insert().values(
+                session_id=session_id,
+                seq=int(seq) + 1,
+                kind=kind,
+                name=name,
+                status=status,
+                input_summary=None if input is None else summarize(input),
+                output_summary=None if output is None else summarize(output),
+                error=None if error is None else summarize(error),
+                started_at=started_at,
+                ended_at=ended_at,
+                usage=json.dumps(dict(usage or {})),
             )
+        )
 
     def session(self, session_id: str, *, include_iterations: bool = True) -> Session | None:
         """One session by id, or ``None``."""

@@ -1,0 +1,281 @@
+"""The event sink that records agent sessions into the history store.
+
+A session is one top-level ``agent.prompt`` call (a prompt node with no
+prompt above it) of an agent built with ``Agent(history=True)``, or of any
+agent when ``GROUNDSWELL_HISTORY_URL`` is set. Its iterations are the model
+turns and tool calls directly under that prompt node.
+
+Writes are queued by :meth:`HistorySink.handle` and committed in batches when
+the sink has caught up with the run (:meth:`flush`), so recording never slows
+a run. When the store cannot be reached the batch is kept and tried again at
+the next flush; a warning says so once per outage, and at most
+``MAX_PENDING`` operations wait (the oldest are dropped and counted beyond
+that). A run never fails because of its history.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Mapping
+from typing import Any
+
+from groundswell import Event
+
+from .store import HistoryStore, default_url
+
+__all__ = ["MAX_PENDING", "HistorySink", "set_task"]
+
+logger = logging.getLogger("groundswell.history")
+MAX_PENDING = 100_000
+TASK_EVENT = "history_task"
+_RECORDED = ("model_call", "tool_call", "mcp_call")
+
+
+def set_task(
+    title: str,
+    *,
+    category: str | None = None,
+    file_patterns: tuple[str, ...] | list[str] = (),
+    task_id: str | None = None,
+    **metadata: Any,
+) -> dict[str, Any] | None:
+    """Say what task the current step (or workflow) works on.
+
+    Sessions started under the current node are recorded with this task: its
+    ``task_id``, its :func:`~groundswell_history.task_signature` and the
+    ``metadata``. Returns the recorded event, or ``None`` outside any run.
+    """
+    from groundswell import record_event
+
+    from .relevance import task_signature
+
+    signature = task_signature(title, category, file_patterns)
+    return record_event(
+        TASK_EVENT,
+        title=title,
+        category=category,
+        file_patterns=sorted(set(file_patterns)),
+        task_id=task_id,
+        task_signature=str(signature),
+        metadata=metadata,
+    )
+
+
+class HistorySink:
+    """Records sessions from tree events; see the module docstring."""
+
+    def __init__(
+        self, url: str | None = None, *, record_all: bool | None = None, store: Any = None
+    ) -> None:
+        self.url = url or default_url()
+        #: Record every agent's sessions, not only ``Agent(history=True)`` ones.
+        self.record_all = (
+            bool(os.environ.get("GROUNDSWELL_HISTORY_URL")) if record_all is None else record_all
+        )
+        self._store: HistoryStore | None = store
+        self._pending: deque[tuple[str, dict[str, Any]]] = deque()
+        self._lock = threading.Lock()
+        # What the sink must remember between events: the parent and type of every
+        # node of a run (to find top-level prompts and their tasks), the tasks set
+        # on nodes, and the sessions being recorded.
+        self._parents: dict[str, str | None] = {}
+        self._types: dict[str, str] = {}
+        self._tasks: dict[str, dict[str, Any]] = {}
+        self._inputs: dict[str, Any] = {}
+        self._sessions: set[str] = set()
+        self._runs: dict[str, set[str]] = {}
+        self.dropped = 0
+        self.failures = 0
+        self.last_error: str | None = None
+        self._outage = False
+
+    # -- events ---------------------------------------------------------------------
+
+    def handle(self, event: Event) -> None:
+        """Turn one event into store operations (written at the next flush)."""
+        data = event.data
+        if event.kind == "node_start":
+            self._started(event.run_id, data)
+        elif event.kind == "node_end":
+            self._ended(event.run_id, data)
+        elif event.kind == "node_event":
+            inner = data.get("event") or {}
+            if inner.get("type") == TASK_EVENT:
+                self._tasks[str(data.get("id"))] = dict(inner)
+
+    def _started(self, run_id: str, data: Mapping[str, Any]) -> None:
+        node_id, parent = str(data["id"]), data.get("parent_id")
+        kind = str(data.get("type"))
+        self._parents[node_id] = parent
+        self._types[node_id] = kind
+        self._runs.setdefault(run_id, set()).add(node_id)
+        payload = data.get("payload") or {}
+        if kind == "prompt":
+            if not (self.record_all or payload.get("history")) or self._inside_prompt(parent):
+                return
+            task = self._task_for(parent)
+            self._sessions.add(node_id)
+            self._queue(
+                "start_session",
+                session_id=node_id,
+                agent_id=str(payload.get("agent") or data.get("name")),
+                started_at=float(data.get("timestamp") or time.time()),
+                task_id=task.get("task_id"),
+                task_signature=task.get("task_signature"),
+                title=task.get("title"),
+                category=task.get("category"),
+                file_patterns=tuple(task.get("file_patterns") or ()),
+                metadata={
+                    **(task.get("metadata") or {}),
+                    "model": payload.get("model"),
+                    "user": payload.get("user"),
+                },
+                run_id=run_id,
+            )
+        elif kind in _RECORDED and parent in self._sessions:
+            started = float(data.get("timestamp") or time.time())
+            self._inputs[node_id] = (started, payload, str(data.get("name") or ""))
+
+    def _ended(self, run_id: str, data: Mapping[str, Any]) -> None:
+        node_id = str(data["id"])
+        kind = self._types.get(node_id)
+        status = str(data.get("status"))
+        payload = data.get("payload") or {}
+        error = data.get("error") or None
+        error_text = f"{error.get('type')}: {error.get('message')}" if error else None
+        if node_id in self._sessions:
+            self._sessions.discard(node_id)
+            self._queue(
+                "end_session",
+                session_id=node_id,
+                status="completed" if status == "completed" else "failed",
+                ended_at=data.get("ended_at"),
+                output=payload.get("output"),
+                error=error_text,
+            )
+        elif node_id in self._inputs:
+            started, start_payload, name = self._inputs.pop(node_id)
+            parent = str(self._parents.get(node_id))
+            metrics = data.get("metrics") or {}
+            if kind == "model_call":
+                response = payload.get("response") or {}
+                self._queue(
+                    "add_iteration",
+                    session_id=parent,
+                    kind="model_turn",
+                    name=str(
+                        response.get("model") or start_payload.get("request", {}).get("model")
+                    ),
+                    status=status,
+                    output=response.get("text") or response.get("tool_calls") or None,
+                    error=error_text,
+                    started_at=started,
+                    ended_at=data.get("ended_at"),
+                    usage=metrics.get("usage") or {},
+                )
+            else:
+                self._queue(
+                    "add_iteration",
+                    session_id=parent,
+                    kind="tool_call",
+                    name=name,
+                    status=status,
+                    input=start_payload.get("input"),
+                    output=payload.get("output"),
+                    error=error_text,
+                    started_at=started,
+                    ended_at=data.get("ended_at"),
+                )
+        if self._parents.get(node_id) is None and node_id in self._parents:
+            self._forget_run(run_id)  # the root ended: nothing of this run is needed now
+
+    def _inside_prompt(self, parent: str | None) -> bool:
+        while parent is not None:
+            if self._types.get(parent) == "prompt":
+                return True
+            parent = self._parents.get(parent)
+        return False
+
+    def _task_for(self, parent: str | None) -> dict[str, Any]:
+        while parent is not None:
+            if parent in self._tasks:
+                return self._tasks[parent]
+            parent = self._parents.get(parent)
+        return {}
+
+    def _forget_run(self, run_id: str) -> None:
+        for node_id in self._runs.pop(run_id, set()):
+            self._parents.pop(node_id, None)
+            self._types.pop(node_id, None)
+            self._tasks.pop(node_id, None)
+            self._inputs.pop(node_id, None)
+
+    # -- writing --------------------------------------------------------------------
+
+    def _queue(self, method: str, **kwargs: Any) -> None:
+        with self._lock:
+            if len(self._pending) >= MAX_PENDING:
+                self._pending.popleft()
+                self.dropped += 1
+            self._pending.append((method, kwargs))
+
+    @property
+    def store(self) -> HistoryStore:
+        """The store, opened on first use."""
+        if self._store is None:
+            self._store = HistoryStore(self.url)
+        return self._store
+
+    def flush(self) -> None:
+        """Write what is queued; keep it for the next flush if the store is down."""
+        with self._lock:
+            batch = list(self._pending)
+        if not batch:
+            return
+        try:
+            self.store.write_batch(batch)
+        except Exception as exc:  # an outage: keep the batch, say so once, go on
+            self.failures += 1
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            if not self._outage:
+                self._outage = True
+                logger.warning(
+                    "session history: cannot write to %s (%s); %d operations kept to retry",
+                    self.store_label(),
+                    self.last_error,
+                    len(batch),
+                )
+            return
+        with self._lock:
+            for _ in batch:
+                self._pending.popleft()
+        if self._outage:
+            self._outage = False
+            logger.warning("session history: writing to %s again", self.store_label())
+
+    def store_label(self) -> str:
+        from .store import _safe_url
+
+        return _safe_url(self.url)
+
+    @property
+    def pending(self) -> int:
+        """Operations waiting to be written."""
+        return len(self._pending)
+
+    def close(self) -> None:
+        """Write what is left (once), then release the store."""
+        self.flush()
+        if self._pending:
+            logger.warning(
+                "session history: %d operations could not be written to %s: %s",
+                len(self._pending),
+                self.store_label(),
+                self.last_error,
+            )
+        if self._store is not None:
+            self._store.close()

@@ -1,0 +1,170 @@
+"""Sessions recorded by the history sink from real runs against the fake API."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from groundswell_history import HistorySink, HistoryStore, set_task, task_signature
+
+import groundswell
+from groundswell import Agent, WorkflowContext, workflow
+from groundswell.testing import FakeAnthropicAPI, error, text, tool_use
+
+
+def lookup(city: str) -> str:
+    """Look up the weather in a city."""
+    return f"Sunny in {city}"
+
+
+@pytest.fixture
+def history_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A fresh default store for this test (the sink reads the location when made)."""
+    monkeypatch.delenv("GROUNDSWELL_HISTORY_URL", raising=False)
+    monkeypatch.setenv("GROUNDSWELL_HOME", str(tmp_path / "home"))
+    manager = groundswell.get_plugin_manager()
+    manager.refresh_sinks("history")
+    yield tmp_path / "home"
+    monkeypatch.delenv("GROUNDSWELL_HOME")
+    manager.refresh_sinks("history")
+
+
+def store_at(home: Path) -> HistoryStore:
+    return HistoryStore(f"sqlite:///{home / 'history.db'}")
+
+
+async def test_a_session_with_its_turns_and_task_is_recorded(history_home: Path) -> None:
+    fake = FakeAnthropicAPI([tool_use("lookup", {"city": "Oslo"}), text("Oslo is sunny.")])
+    agent = Agent(name="weather", tools=[lookup], history=True, client=fake.client())
+
+    @workflow
+    async def forecast(ctx: WorkflowContext) -> str:
+        async def ask() -> str:
+            set_task(
+                "Weather report", category="reports", file_patterns=["data/*.csv"], task_id="T-1"
+            )
+            return await agent.prompt("How is the weather in Oslo?")
+
+        return await ctx.step("ask", ask)
+
+    result = await forecast.run()
+    assert groundswell.flush_sinks()
+    with store_at(history_home) as store:
+        (session,) = store.sessions("weather", include_iterations=True)
+    assert session.status == "completed"
+    assert session.id == result.tree.find(type=groundswell.NodeType.PROMPT)[0].id
+    assert session.task_id == "T-1"
+    assert session.task_signature == task_signature("Weather report", "reports", ["data/*.csv"])
+    assert session.category == "reports" and session.file_patterns == ["data/*.csv"]
+    assert session.output_summary == "Oslo is sunny."
+    assert session.metadata["user"] == "How is the weather in Oslo?"
+    assert session.run_id == result.tree.root.id  # type: ignore[union-attr]
+    assert session.iterations is not None
+    kinds = [(i["kind"], i["name"]) for i in session.iterations]
+    assert kinds[1] == ("tool_call", "lookup")
+    assert [k for k, _ in kinds] == ["model_turn", "tool_call", "model_turn"]
+    assert session.iterations[1]["input_summary"] == '{"city": "Oslo"}'
+    assert session.iterations[1]["output_summary"] == "Sunny in Oslo"
+    assert session.iterations[0]["usage"]["input_tokens"] > 0
+
+
+async def test_failed_sessions_and_agents_without_history(history_home: Path) -> None:
+    fake = FakeAnthropicAPI([error(400, "bad request")])
+    recorded = Agent(name="flaky", history=True, client=fake.client(max_retries=0))
+    with pytest.raises(groundswell.ModelAPIError):
+        await recorded.prompt("hi")
+    quiet = Agent(name="quiet", client=FakeAnthropicAPI([text("ok")]).client())
+    await quiet.prompt("hi")
+    assert groundswell.flush_sinks()
+    with store_at(history_home) as store:
+        (session,) = store.sessions("flaky", include_iterations=True)
+        assert store.sessions("quiet") == []
+    assert session.status == "failed"
+    assert session.error is not None and "ModelAPIError" in session.error
+    assert session.iterations and session.iterations[0]["status"] == "failed"
+
+
+async def test_a_sub_agent_inside_a_tool_is_part_of_the_session(history_home: Path) -> None:
+    fake = FakeAnthropicAPI(
+        [tool_use("consult", {"question": "q"}), text("inner answer"), text("outer answer")]
+    )
+    inner = Agent(name="inner", history=True, client=fake.client())
+
+    async def consult(question: str) -> str:
+        """Ask the inner agent."""
+        return await inner.prompt(question)
+
+    outer = Agent(name="outer", tools=[consult], history=True, client=fake.client())
+    assert await outer.prompt("go") == "outer answer"
+    assert groundswell.flush_sinks()
+    with store_at(history_home) as store:
+        assert len(store.sessions("outer")) == 1
+        assert store.sessions("inner") == []  # nested: not a session of its own
+
+
+async def test_the_url_variable_records_every_agent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = f"sqlite:///{tmp_path / 'all.db'}"
+    monkeypatch.setenv("GROUNDSWELL_HISTORY_URL", url)
+    manager = groundswell.get_plugin_manager()
+    manager.refresh_sinks("history")
+    try:
+        agent = Agent(name="anyone", client=FakeAnthropicAPI([text("ok")]).client())
+        await agent.prompt("hi")
+        assert groundswell.flush_sinks()
+    finally:
+        monkeypatch.delenv("GROUNDSWELL_HISTORY_URL")
+        manager.refresh_sinks("history")
+    with HistoryStore(url) as store:
+        assert [s.status for s in store.sessions("anyone")] == ["completed"]
+
+
+class FlakyStore:
+    """A store that is down until told otherwise (writes go to a real store then)."""
+
+    def __init__(self, real: HistoryStore) -> None:
+        self.real, self.down, self.calls = real, True, 0
+
+    def write_batch(self, operations: list[tuple[str, dict[str, object]]]) -> None:
+        self.calls += 1
+        if self.down:
+            raise ConnectionError("database is unreachable")
+        self.real.write_batch(operations)
+
+    def close(self) -> None:
+        self.real.close()
+
+
+async def test_an_outage_never_fails_a_run_and_nothing_is_lost(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    real = HistoryStore(f"sqlite:///{tmp_path / 'h.db'}")
+    flaky = FlakyStore(real)
+    sink = HistorySink(url="sqlite:///unused.db", store=flaky)
+
+    class Plugin:
+        @groundswell.hookimpl
+        def register_event_sinks(self) -> groundswell.EventSink:
+            return groundswell.EventSink(name="flaky-history", factory=lambda: sink)
+
+    manager = groundswell.get_plugin_manager()
+    name = manager.register(Plugin(), name="flaky-history-plugin")
+    try:
+        agent = Agent(name="steady", history=True, client=FakeAnthropicAPI().client())
+        with caplog.at_level(logging.WARNING, logger="groundswell.history"):
+            for _ in range(3):
+                assert await agent.prompt("hi")
+            assert groundswell.flush_sinks()
+        assert sink.pending > 0 and flaky.calls >= 1
+        assert sink.last_error == "ConnectionError: database is unreachable"
+        warnings = [r for r in caplog.records if "cannot write" in r.getMessage()]
+        assert len(warnings) == 1  # once per outage, not once per batch
+        flaky.down = False
+        sink.flush()
+        assert sink.pending == 0
+    finally:
+        manager.unregister(name)
+    assert [s.status for s in real.sessions("steady")] == ["completed"] * 3
