@@ -67,7 +67,10 @@ def test_budgets_page_example_runs_and_shows_budget_nodes() -> None:
     assert enforced, lines
     before, after = re.search(r"(\d+)→(\d+) tok", enforced[0]).groups()  # type: ignore[union-attr]
     assert int(before) > 2_000 >= int(after)  # input limit: max_total 2,500 - 500 reserved
-    # Every other snippet on the page is at least valid Python.
+
+
+@pytest.mark.parametrize("page", sorted((ROOT / "docs").glob("*.md")), ids=lambda p: p.name)
+def test_every_python_snippet_in_the_docs_is_valid_python(page: Path) -> None:
     blocks = re.findall(r"```python\n(.*?)```", page.read_text(), flags=re.S)
-    for block in blocks[1:]:
-        compile(block, str(page), "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+    for index, block in enumerate(blocks):
+        compile(block, f"{page.name} block {index}", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
