@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterator
 from pathlib import Path
@@ -168,3 +169,44 @@ async def test_an_outage_never_fails_a_run_and_nothing_is_lost(
     finally:
         manager.unregister(name)
     assert [s.status for s in real.sessions("steady")] == ["completed"] * 3
+
+
+async def test_an_agent_queries_only_its_own_past_sessions(history_home: Path) -> None:
+    fake = FakeAnthropicAPI([text("first answer"), text("other agent's answer")])
+    me = Agent(name="me", history=True, client=fake.client())
+    other = Agent(name="other", history=True, client=fake.client())
+
+    @workflow
+    async def earlier(ctx: WorkflowContext) -> None:
+        async def work() -> None:
+            set_task("Summarize logs", category="ops")
+            await me.prompt("Summarize the logs")
+            await other.prompt("Summarize the logs")
+
+        await ctx.step("work", work)
+
+    await earlier.run()
+    assert groundswell.flush_sinks()
+
+    fake.add(
+        tool_use(
+            "query_past_sessions",
+            {"title": "Summarize logs", "category": "ops", "include_iterations": True},
+        ),
+        text("I did this before."),
+    )
+    asker = Agent(name="me", tools=["history"], client=fake.client())
+    result = await asker.run("What did I do last time?")
+    (call,) = result.tree.find(type=groundswell.NodeType.TOOL_CALL)
+    assert call.payload["toolset"] == "history"
+    found = json.loads(call.payload["output"])
+    assert found["agent_id"] == "me" and found["count"] == 1
+    (session,) = found["sessions"]
+    assert session["output"] == "first answer"
+    assert session["relevance"] >= 0.9  # same task, just now, completed
+    assert session["iterations"][0]["kind"] == "model_turn"
+    assert "other agent's answer" not in str(found)
+    # There is no parameter to name another agent: the schema offers none.
+    schema = fake.requests[-1].tools[0]["input_schema"]
+    assert "agent_id" not in schema["properties"]
+    assert schema["properties"]["limit"]["maximum"] == 20

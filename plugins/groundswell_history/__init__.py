@@ -11,6 +11,8 @@ works as is; PostgreSQL also needs a driver such as ``psycopg[binary]``).
   agents (of every agent when ``GROUNDSWELL_HISTORY_URL`` is set) into the
   store at :func:`default_url`; :func:`set_task` says which task a step
   works on.
+- ``Agent(tools=["history"])`` gives an agent ``query_past_sessions``, which
+  reads only that agent's own sessions.
 """
 
 from __future__ import annotations
@@ -20,11 +22,12 @@ import logging
 import os
 from typing import Any
 
-from groundswell import EventSink, hookimpl
+from groundswell import EventSink, ToolProvider, hookimpl
 
 from .relevance import TaskSignature, relevance, task_signature
 from .sink import HistorySink, set_task
 from .store import MEMORY_KINDS, HistoryStore, Memory, Session, default_url
+from .tools import shared_store, toolset
 
 __all__ = [
     "MEMORY_KINDS",
@@ -36,7 +39,9 @@ __all__ = [
     "default_url",
     "relevance",
     "set_task",
+    "shared_store",
     "task_signature",
+    "toolset",
 ]
 
 
@@ -57,4 +62,13 @@ def register_event_sinks() -> Any:
         name="history",
         factory=_make_sink,
         description="records agent sessions (Agent(history=True) or GROUNDSWELL_HISTORY_URL)",
+    )
+
+
+@hookimpl
+def register_tool_providers() -> ToolProvider:
+    return ToolProvider(
+        name="history",
+        factory=toolset,
+        description="query_past_sessions: an agent's own past sessions, most relevant first",
     )
