@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import inspect
-import json
 import statistics
 import time
 from collections.abc import Callable, Coroutine
@@ -192,7 +191,6 @@ def main() -> None:
         "counting": counting_speed(),
         "enforcement_200_messages": asyncio.run(enforcement_cost()),
     }
-    json.dumps(report)
     write(report, "budget", directory)
 
 

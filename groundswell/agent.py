@@ -726,7 +726,7 @@ class Agent:
                 node=node,
             )
             if hit:
-                extracted = _extract(prompt.rules, _output_text(output), tree, node)
+                extracted = _extract(prompt.rules, output, tree, node)
                 return PromptResult(
                     output=output,
                     tree=tree,
@@ -1140,11 +1140,7 @@ class _Conversation:
                         f"the reply was cut off at max_tokens={self.settings['max_tokens']}; {exc}",
                     )
                 raise
-            extracted = (
-                _extract(self.prompt.rules, _output_text(output), tree, node)
-                if self.prompt.rules
-                else {}
-            )
+            extracted = _extract(self.prompt.rules, output, tree, node)
             return PromptResult(
                 output=output,
                 tree=tree,
@@ -1165,11 +1161,12 @@ class _Conversation:
 
 
 def _extract(
-    rules: tuple[Extract, ...], text: str, tree: EventTree, node: EventNode
+    rules: tuple[Extract, ...], output: Any, tree: EventTree, node: EventNode
 ) -> dict[str, Any]:
     """Apply a prompt's extraction rules to its answer, as an ``extraction`` node."""
     if not rules:
         return {}
+    text = _output_text(output)
     about = [
         {
             "store_as": r.store_as,

@@ -68,12 +68,12 @@ _WORDS = re.compile(r"[A-Za-z]+")
 _PUNCT = re.compile(r"[^\w\s]")
 _PUNCT_RUNS = re.compile(r"[^\w\s]+")
 _SPACE_RUNS = re.compile(r"  +")
-# Runs a BPE cannot swallow whole, found in one pass: encoded data (base64, hex
-# digests, keys: letters and digits mixed without breaks, about 1.6 characters a
-# token) and long runs of letters, spaces or symbols (DNA, padding, rulers: past
-# the length of ordinary words, about four characters a token).
-# Only words of 17+ characters are searched for the first and last kind (a cheap
-# split first: one regex over the whole text cost as much as the rest together).
+# Runs a BPE cannot swallow whole: encoded data (base64, hex digests, keys:
+# letters and digits mixed without breaks, about 1.6 characters a token) and
+# long runs of letters, spaces or symbols (DNA, padding, rulers: past the length
+# of ordinary words, about four characters a token). Letter and symbol runs are
+# searched only inside words of 17+ characters: a cheap split first, because one
+# regex over the whole text cost as much as all the other features together.
 _RUNS = re.compile(r"[A-Za-z0-9+/=]{17,}|[^\w\s]{33,}")
 _SPACE_LONG = re.compile(r"\s{65,}")
 _LONG_WORD = 17

@@ -12,13 +12,15 @@ keys and bearer tokens, so credentials never reach the store.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
 import os
 import re
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -146,6 +148,9 @@ class HistoryStore:
         if self.engine.dialect.name == "sqlite":
             sa.event.listen(self.engine, "connect", _sqlite_pragmas)
         self._tables = _tables(sa)
+        # The connection write_batch() is using, per thread, so the public write
+        # methods join its transaction instead of opening their own.
+        self._batch = threading.local()
         self.migrate()
 
     # -- schema -------------------------------------------------------------------------
@@ -206,61 +211,47 @@ class HistoryStore:
         run_id: str | None = None,
     ) -> None:
         """Record that a session started (status ``running``)."""
-        with self.engine.begin() as conn:
-            self._start_session(
-                conn,
-                session_id,
-                agent_id,
-                started_at=started_at,
-                task_id=task_id,
-                task_signature=task_signature,
-                title=title,
-                category=category,
-                file_patterns=file_patterns,
-                metadata=metadata,
-                run_id=run_id,
+        sessions = self._tables[2]
+        with self._transaction() as conn:
+            conn.execute(
+                sessions.insert().values(
+                    id=session_id,
+                    agent_id=agent_id,
+                    status="running",
+                    started_at=time.time() if started_at is None else started_at,
+                    task_id=task_id,
+                    task_signature=str(task_signature) if task_signature else None,
+                    title=clean(title) if title else None,
+                    category=category,
+                    file_patterns=json.dumps(sorted(set(file_patterns))),
+                    metadata=json.dumps(clean(dict(metadata or {}))),
+                    run_id=run_id,
+                )
             )
 
     def write_batch(self, operations: Sequence[tuple[str, Mapping[str, Any]]]) -> None:
         """Apply ``(method, kwargs)`` operations (``start_session``, ``add_iteration``,
         ``end_session``) in one transaction: all of them or none."""
+        for method, _ in operations:
+            if method not in ("start_session", "add_iteration", "end_session"):
+                raise ValueError(f"write_batch: unknown operation {method!r}")
         with self.engine.begin() as conn:
-            for method, kwargs in operations:
-                if method not in ("start_session", "add_iteration", "end_session"):
-                    raise ValueError(f"write_batch: unknown operation {method!r}")
-                getattr(self, f"_{method}")(conn, **kwargs)
+            self._batch.conn = conn
+            try:
+                for method, kwargs in operations:
+                    getattr(self, method)(**kwargs)
+            finally:
+                self._batch.conn = None
 
-    def _start_session(
-        self,
-        conn: Any,
-        session_id: str,
-        agent_id: str,
-        *,
-        started_at: float | None = None,
-        task_id: str | None = None,
-        task_signature: str | None = None,
-        title: str | None = None,
-        category: str | None = None,
-        file_patterns: Sequence[str] = (),
-        metadata: Mapping[str, Any] | None = None,
-        run_id: str | None = None,
-    ) -> None:
-        sessions = self._tables[2]
-        conn.execute(
-            sessions.insert().values(
-                id=session_id,
-                agent_id=agent_id,
-                status="running",
-                started_at=time.time() if started_at is None else started_at,
-                task_id=task_id,
-                task_signature=str(task_signature) if task_signature else None,
-                title=clean(title) if title else None,
-                category=category,
-                file_patterns=json.dumps(sorted(set(file_patterns))),
-                metadata=json.dumps(clean(dict(metadata or {}))),
-                run_id=run_id,
-            )
-        )
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[Any]:
+        """The connection of the batch this thread is writing, else a new transaction."""
+        conn = getattr(self._batch, "conn", None)
+        if conn is not None:
+            yield conn
+            return
+        with self.engine.begin() as conn:
+            yield conn
 
     def end_session(
         self,
@@ -272,32 +263,18 @@ class HistoryStore:
         error: str | None = None,
     ) -> None:
         """Record how a session ended, with a secret-free summary of its output or error."""
-        with self.engine.begin() as conn:
-            self._end_session(
-                conn, session_id, status, ended_at=ended_at, output=output, error=error
-            )
-
-    def _end_session(
-        self,
-        conn: Any,
-        session_id: str,
-        status: str,
-        *,
-        ended_at: float | None = None,
-        output: Any = None,
-        error: str | None = None,
-    ) -> None:
         sessions = self._tables[2]
-        conn.execute(
-            sessions.update()
-            .where(sessions.c.id == session_id)
-            .values(
-                status=status,
-                ended_at=time.time() if ended_at is None else ended_at,
-                output_summary=None if output is None else summarize(output),
-                error=None if error is None else summarize(error),
+        with self._transaction() as conn:
+            conn.execute(
+                sessions.update()
+                .where(sessions.c.id == session_id)
+                .values(
+                    status=status,
+                    ended_at=time.time() if ended_at is None else ended_at,
+                    output_summary=None if output is None else summarize(output),
+                    error=None if error is None else summarize(error),
+                )
             )
-        )
 
     def add_iteration(
         self,
@@ -314,58 +291,29 @@ class HistoryStore:
         usage: Mapping[str, int] | None = None,
     ) -> None:
         """Record one iteration of a session: a model turn, a tool call or an error."""
-        with self.engine.begin() as conn:
-            self._add_iteration(
-                conn,
-                session_id,
-                kind,
-                name=name,
-                status=status,
-                input=input,
-                output=output,
-                error=error,
-                started_at=started_at,
-                ended_at=ended_at,
-                usage=usage,
-            )
-
-    def _add_iteration(
-        self,
-        conn: Any,
-        session_id: str,
-        kind: str,
-        *,
-        name: str = "",
-        status: str = "completed",
-        input: Any = None,
-        output: Any = None,
-        error: str | None = None,
-        started_at: float | None = None,
-        ended_at: float | None = None,
-        usage: Mapping[str, int] | None = None,
-    ) -> None:
         sa = _sqlalchemy()
         iterations = self._tables[3]
-        seq = conn.execute(
-            sa.select(sa.func.count())
-            .select_from(iterations)
-            .where(iterations.c.session_id == session_id)
-        ).scalar_one()
-        conn.execute(
-            iterations.insert().values(
-                session_id=session_id,
-                seq=int(seq) + 1,
-                kind=kind,
-                name=name,
-                status=status,
-                input_summary=None if input is None else summarize(input),
-                output_summary=None if output is None else summarize(output),
-                error=None if error is None else summarize(error),
-                started_at=started_at,
-                ended_at=ended_at,
-                usage=json.dumps(dict(usage or {})),
+        with self._transaction() as conn:
+            seq = conn.execute(
+                sa.select(sa.func.count())
+                .select_from(iterations)
+                .where(iterations.c.session_id == session_id)
+            ).scalar_one()
+            conn.execute(
+                iterations.insert().values(
+                    session_id=session_id,
+                    seq=int(seq) + 1,
+                    kind=kind,
+                    name=name,
+                    status=status,
+                    input_summary=None if input is None else summarize(input),
+                    output_summary=None if output is None else summarize(output),
+                    error=None if error is None else summarize(error),
+                    started_at=started_at,
+                    ended_at=ended_at,
+                    usage=json.dumps(dict(usage or {})),
+                )
             )
-        )
 
     def session(self, session_id: str, *, include_iterations: bool = True) -> Session | None:
         """One session by id, or ``None``."""
