@@ -27,6 +27,7 @@ from .extraction import Extract
 from .hooks import PromptBlocked
 from .hookspecs import (
     CacheBackend,
+    ContextProvider,
     EventSink,
     ReflectionStrategy,
     TokenCounter,
@@ -35,6 +36,7 @@ from .hookspecs import (
 )
 from .plugins import PluginInfo, PluginManager, flush_sinks, get_plugin_manager
 from .prompt import Prompt, PromptOverrides, PromptTemplate, create_prompt
+from .prompt_context import ContextRequest
 from .reflection import (
     ReflectionAPI,
     ReflectionConfig,
@@ -80,6 +82,8 @@ __all__ = [
     "Cache",
     "CacheBackend",
     "ConfigurationError",
+    "ContextProvider",
+    "ContextRequest",
     "Event",
     "EventNode",
     "EventSink",

@@ -42,6 +42,7 @@ from .hooks import HookRunner, PromptBlocked, blocked, specific
 from .model import api_error, build_request, call_model, is_retryable_stream_error, parse_output
 from .plugins import get_plugin_manager
 from .prompt import NO_OVERRIDES, Prompt, PromptOverrides, PromptTemplate
+from .prompt_context import ContextRequest, check_context, gather_context
 from .reflection import (
     AGENT_REFLECTABLE,
     Level,
@@ -164,7 +165,10 @@ class Agent:
     ``prompt_templates`` (name → :class:`~groundswell.PromptTemplate`) are what
     the introspection tools may start or build on its behalf.
     ``history=True`` asks the session history plugin (``groundswell_history``)
-    to record this agent's sessions.
+    to record this agent's sessions. ``context`` lists context providers (by
+    name, e.g. ``["history"]``, or callables taking a
+    :class:`~groundswell.ContextRequest`) whose text is added to the system
+    prompt of every prompt.
     ``client`` is an ``anthropic.AsyncAnthropic`` (one is made from
     ``ANTHROPIC_API_KEY`` when omitted).
     """
@@ -203,6 +207,7 @@ class Agent:
         spawnable: Mapping[str, Any] | None = None,
         prompt_templates: Mapping[str, PromptTemplate] | None = None,
         history: bool = False,
+        context: Sequence[Any] | None = None,
         client: anthropic.AsyncAnthropic | None = None,
     ) -> None:
         if not isinstance(name, str) or not name.strip():
@@ -286,6 +291,8 @@ class Agent:
             raise ConfigurationError(f"history must be True or False, got {history!r}")
         #: Whether the session history plugin records this agent's sessions.
         self.history = history
+        #: Context providers whose text joins the system prompt of each prompt.
+        self.context: list[Any] = check_context(context, f"agent {name!r}")
         self._client = client
         if client is not None and isinstance(client.api_key, str):
             register_secret(client.api_key)
@@ -644,11 +651,18 @@ class Agent:
             )
         system = settings.get("system")
         if local_skills:
-            section = skills_system_text(local_skills)
-            if isinstance(system, str) or system is None:
-                system = f"{system}\n\n{section}" if system else section
-            else:
-                system = [*system, {"type": "text", "text": section}]
+            system = _append_system(system, skills_system_text(local_skills))
+        if self.context:
+            frame = _frame.get()
+            request = ContextRequest(
+                agent=self.name,
+                user=user_text,
+                tree=tree,
+                node=node,
+                state=frame.workflow.state if frame and frame.workflow else {},
+            )
+            for section in await gather_context(self.context, request):
+                system = _append_system(system, section)
 
         env = dict(settings.get("env") or {})
         mcps = settings.get("mcps") or []
@@ -1273,6 +1287,13 @@ def _as_prompt(prompt: Prompt[Any] | str) -> Prompt[Any]:
     if isinstance(prompt, str):
         return Prompt(user=prompt)
     raise ConfigurationError(f"expected a Prompt or a string, got {type(prompt).__name__}")
+
+
+def _append_system(system: Any, section: str) -> Any:
+    """``system`` (text or content blocks) with ``section`` added at the end."""
+    if isinstance(system, str) or system is None:
+        return f"{system}\n\n{section}" if system else section
+    return [*system, {"type": "text", "text": section}]
 
 
 def _resolve_tool(item: Any) -> list[Any]:

@@ -1,4 +1,5 @@
-"""The ``groundswell`` command: list plugins, run a workflow, render a saved tree.
+"""The ``groundswell`` command: list plugins, run a workflow, render a saved tree,
+serve the session history API.
 
 Exit codes: 0 success; 1 the workflow run failed; 2 bad input (arguments,
 modules, files); 3 a plugin error under ``GROUNDSWELL_STRICT_PLUGINS=1``.
@@ -236,6 +237,43 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0 if result.status is NodeStatus.COMPLETED else 1
 
 
+def _history() -> Any:
+    try:
+        import groundswell_history.api as api
+    except ImportError as exc:
+        raise CLIError(
+            f'session history is not installed ({exc}): pip install "groundswell[history]"'
+        ) from None
+    return api
+
+
+def _cmd_history_token(args: argparse.Namespace) -> int:
+    api = _history()
+    if not args.agent_id.strip():
+        raise CLIError("AGENT_ID must not be empty")
+    print(api.issue_token(args.agent_id))
+    return 0
+
+
+def _cmd_history_serve(args: argparse.Namespace) -> int:
+    api = _history()
+    try:
+        import uvicorn
+    except ImportError:
+        raise CLIError('serving needs uvicorn: pip install "groundswell[history]"') from None
+    from groundswell_history.store import _safe_url
+
+    app = api.create_app(args.url)
+    print(
+        f"history API on http://{args.host}:{args.port} (store {_safe_url(app.state.store.url)}); "
+        f"OpenAPI at /openapi.json",
+        file=sys.stderr,
+        flush=True,
+    )
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser for ``groundswell``."""
     parser = argparse.ArgumentParser(
@@ -270,6 +308,27 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--json", action="store_true", help="print the tree as JSON")
     out.add_argument("--jsonl", action="store_true", help="print the tree as a JSONL event log")
     p.set_defaults(func=_cmd_tree)
+
+    p = sub.add_parser("history", help="session history: serve the introspection API, issue tokens")
+    hsub = p.add_subparsers(dest="history_command", required=True, metavar="COMMAND")
+    h = hsub.add_parser("serve", help="serve GET /api/introspection/{agent_id} over HTTP")
+    h.add_argument(
+        "--url",
+        help="SQLAlchemy URL of the history store (default: GROUNDSWELL_HISTORY_URL, "
+        "else ~/.groundswell/history.db)",
+    )
+    h.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    h.add_argument("--port", type=int, default=8765, help="port to listen on (default 8765)")
+    h.add_argument(
+        "--log-level",
+        default="info",
+        choices=["critical", "error", "warning", "info", "debug"],
+        help="server log level (default info)",
+    )
+    h.set_defaults(func=_cmd_history_serve)
+    h = hsub.add_parser("token", help="print the bearer token of one agent")
+    h.add_argument("agent_id", metavar="AGENT_ID", help="the agent's name")
+    h.set_defaults(func=_cmd_history_token)
     return parser
 
 

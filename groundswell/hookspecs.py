@@ -17,6 +17,7 @@ import pluggy
 
 __all__ = [
     "CacheBackend",
+    "ContextProvider",
     "EventSink",
     "HookResult",
     "ReflectionStrategy",
@@ -81,6 +82,14 @@ class TokenCounter(_Record):
     """
 
 
+@dataclass(frozen=True, slots=True)
+class ContextProvider(_Record):
+    """A context provider: ``factory()`` returns a callable (or an object with
+    ``provide``) taking a :class:`groundswell.ContextRequest` and returning the
+    text to add to an agent's system prompt, or ``None`` (sync or async).
+    """
+
+
 HookResult: TypeAlias = "_Record | Iterable[_Record] | None"
 
 
@@ -92,6 +101,11 @@ def register_cache_backends() -> HookResult:
 @hookspec
 def register_reflection_strategies() -> HookResult:
     """Return the :class:`ReflectionStrategy` records this plugin adds."""
+
+
+@hookspec
+def register_context_providers() -> HookResult:
+    """Return the :class:`ContextProvider` records this plugin adds."""
 
 
 @hookspec

@@ -28,7 +28,14 @@ import pluggy
 from . import hookspecs
 from .errors import PluginError
 from .events import SinkHub
-from .hookspecs import CacheBackend, EventSink, ReflectionStrategy, TokenCounter, ToolProvider
+from .hookspecs import (
+    CacheBackend,
+    ContextProvider,
+    EventSink,
+    ReflectionStrategy,
+    TokenCounter,
+    ToolProvider,
+)
 
 __all__ = ["PluginInfo", "PluginManager", "flush_sinks", "get_plugin_manager"]
 
@@ -41,8 +48,11 @@ _HOOK_RECORDS: dict[str, type[Any]] = {
     "register_reflection_strategies": ReflectionStrategy,
     "register_event_sinks": EventSink,
     "register_tool_providers": ToolProvider,
+    "register_context_providers": ContextProvider,
 }
-R = TypeVar("R", CacheBackend, ReflectionStrategy, EventSink, ToolProvider, TokenCounter)
+R = TypeVar(
+    "R", CacheBackend, ReflectionStrategy, EventSink, ToolProvider, TokenCounter, ContextProvider
+)
 
 
 def _env_list(name: str) -> set[str] | None:
@@ -284,6 +294,10 @@ class PluginManager:
     def tool_providers(self) -> dict[str, ToolProvider]:
         """Tool providers by name."""
         return self._collect("register_tool_providers", ToolProvider)
+
+    def context_providers(self) -> dict[str, ContextProvider]:
+        """Context providers (for ``Agent(context=[...])``) by name."""
+        return self._collect("register_context_providers", ContextProvider)
 
     def token_counters(self) -> dict[str, TokenCounter]:
         """Token counters by name."""

@@ -12,6 +12,7 @@ import textwrap
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -137,3 +138,27 @@ def postgres_url() -> str:
     except Exception as exc:  # no driver, no server, no database
         _service_missing("PostgreSQL", raw, exc)
     return raw.replace("postgresql://", "postgresql+psycopg://", 1)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def history_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    """A fresh session history store, once on SQLite and once on the real PostgreSQL."""
+    from groundswell_history import HistoryStore
+
+    if request.param == "sqlite":
+        made = HistoryStore(f"sqlite:///{tmp_path / 'history.db'}")
+        yield made
+        made.close()
+        return
+    made = HistoryStore(request.getfixturevalue("postgres_url"))
+    _empty_store(made)
+    yield made
+    _empty_store(made)
+    made.close()
+
+
+def _empty_store(store: Any) -> None:
+    meta = store._tables[0]
+    with store.engine.begin() as conn:
+        for table in reversed(meta.sorted_tables):
+            conn.execute(table.delete())

@@ -12,7 +12,6 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,29 +21,15 @@ from groundswell_history.relevance import TaskSignature
 import groundswell
 from groundswell import ConfigurationError
 
+from .conftest import _empty_store
+
 DAY = 86_400.0
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[HistoryStore]:
-    if request.param == "sqlite":
-        made = HistoryStore(f"sqlite:///{tmp_path / 'history.db'}")
-        yield made
-        made.close()
-        return
-    url = request.getfixturevalue("postgres_url")
-    made = HistoryStore(url)
-    _empty(made)
-    yield made
-    _empty(made)
-    made.close()
-
-
-def _empty(store: HistoryStore) -> None:
-    meta = store._tables[0]
-    with store.engine.begin() as conn:
-        for table in reversed(meta.sorted_tables):
-            conn.execute(table.delete())
+@pytest.fixture
+def store(history_store: HistoryStore) -> HistoryStore:
+    """A fresh store, once on SQLite and once on the real PostgreSQL server."""
+    return history_store
 
 
 # -- signatures and relevance ----------------------------------------------------------------
@@ -281,7 +266,7 @@ def test_concurrent_writers_in_two_processes_lose_nothing(
         else request.getfixturevalue("postgres_url")
     )
     store = HistoryStore(url)
-    _empty(store)
+    _empty_store(store)
     context = multiprocessing.get_context("spawn")
     workers = [context.Process(target=_writer, args=(url, w, 40)) for w in range(2)]
     for w in workers:
@@ -294,7 +279,7 @@ def test_concurrent_writers_in_two_processes_lose_nothing(
     assert len(store.recall_all("agent-0")) + len(store.recall_all("agent-1")) == 80
     loaded = store.sessions("agent-0", include_iterations=True)
     assert all(s.iterations and len(s.iterations) == 1 for s in loaded)
-    _empty(store)
+    _empty_store(store)
     store.close()
 
 

@@ -10,18 +10,23 @@ from typing import Any
 
 import groundswell
 from groundswell import (
+    Agent,
     Cache,
     CacheBackend,
+    ContextProvider,
+    ContextRequest,
     EventSink,
     PluginManager,
     ReflectionStrategy,
     TokenCounter,
     ToolProvider,
     WorkflowContext,
+    get_plugin_manager,
     hookimpl,
     hookspecs,
     workflow,
 )
+from groundswell.testing import FakeAnthropicAPI, text
 from groundswell.tokens import CountRequest
 
 from .conftest import RecordingSink
@@ -155,10 +160,32 @@ async def test_hook_register_token_counters() -> None:
     assert await counters["estimate"].factory().count(request) > 3  # framing tokens too
 
 
+async def test_hook_register_context_providers() -> None:
+    class Plugin:
+        @hookimpl
+        def register_context_providers(self) -> ContextProvider:
+            async def house_rules(request: ContextRequest) -> str:
+                return f"House rules for {request.agent}: answer in English."
+
+            return ContextProvider(name="rules", factory=lambda: house_rules)
+
+    manager = get_plugin_manager()
+    name = manager.register(Plugin(), name="context-plugin")
+    try:
+        assert "rules" in manager.context_providers()
+        fake = FakeAnthropicAPI([text("ok")])
+        agent = Agent(name="clerk", system="Be brief.", context=["rules"], client=fake.client())
+        assert await agent.prompt("hi") == "ok"
+    finally:
+        manager.unregister(name)
+    assert fake.requests[0].system == "Be brief.\n\nHouse rules for clerk: answer in English."
+
+
 def test_every_hook_has_a_test_and_a_documented_signature() -> None:
     names = hook_names()
     assert names == [
         "register_cache_backends",
+        "register_context_providers",
         "register_event_sinks",
         "register_reflection_strategies",
         "register_token_counters",

@@ -13,6 +13,10 @@ works as is; PostgreSQL also needs a driver such as ``psycopg[binary]``).
   works on.
 - ``Agent(tools=["history"])`` gives an agent ``query_past_sessions``, which
   reads only that agent's own sessions.
+- ``Agent(context=["history"])`` adds :func:`build_agent_prompt`'s section
+  (its most relevant past sessions, error patterns and successful
+  approaches) to the agent's system prompt.
+- :func:`create_app` is the HTTP API (``groundswell history serve``).
 """
 
 from __future__ import annotations
@@ -22,8 +26,9 @@ import logging
 import os
 from typing import Any
 
-from groundswell import EventSink, ToolProvider, hookimpl
+from groundswell import ConfigurationError, ContextProvider, EventSink, ToolProvider, hookimpl
 
+from .injection import build_agent_prompt, provide
 from .relevance import TaskSignature, relevance, task_signature
 from .sink import HistorySink, set_task
 from .store import MEMORY_KINDS, HistoryStore, Memory, Session, default_url
@@ -36,6 +41,8 @@ __all__ = [
     "Memory",
     "Session",
     "TaskSignature",
+    "build_agent_prompt",
+    "create_app",
     "default_url",
     "relevance",
     "set_task",
@@ -43,6 +50,17 @@ __all__ = [
     "task_signature",
     "toolset",
 ]
+
+
+def create_app(store: HistoryStore | str | None = None, *, secret: bytes | None = None) -> Any:
+    """The introspection HTTP API over ``store``; see :mod:`groundswell_history.api`."""
+    try:
+        from .api import create_app as make
+    except ImportError as exc:  # FastAPI is part of the extra, not of groundswell itself
+        raise ConfigurationError(
+            f'the history API needs FastAPI ({exc}): pip install "groundswell[history]"'
+        ) from exc
+    return make(store, secret=secret)
 
 
 def _make_sink() -> HistorySink | None:
@@ -71,4 +89,13 @@ def register_tool_providers() -> ToolProvider:
         name="history",
         factory=toolset,
         description="query_past_sessions: an agent's own past sessions, most relevant first",
+    )
+
+
+@hookimpl
+def register_context_providers() -> ContextProvider:
+    return ContextProvider(
+        name="history",
+        factory=lambda: provide,
+        description="an agent's most relevant past sessions, error patterns and successes",
     )

@@ -36,8 +36,20 @@ SCHEMA_VERSION = 1
 MEMORY_KINDS = ("context", "learning", "preference", "error_pattern", "success_pattern")
 MemoryKind = Literal["context", "learning", "preference", "error_pattern", "success_pattern"]
 REDACTED = "**********"
-# Anthropic keys and bearer tokens, wherever they appear in text.
-_SECRET_TEXT = re.compile(r"sk-ant-[A-Za-z0-9_\-]{8,}|(?i:bearer\s+)[A-Za-z0-9._\-]{12,}")
+# Secret-looking values wherever they appear in text: Anthropic and other
+# well-known key formats, bearer tokens, and the value of "password=...",
+# "api_key: ..." and the like (the name is kept so the text still reads).
+_SECRET_TEXT = re.compile(
+    r"sk-ant-[A-Za-z0-9_\-]{8,}"
+    r"|(?:sk|pk|rk)_(?:live|test)_[A-Za-z0-9]{8,}"
+    r"|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}"
+    r"|xox[abprs]-[A-Za-z0-9\-]{10,}|AKIA[0-9A-Z]{16}"
+    r"|(?i:bearer\s+)[A-Za-z0-9._\-]{12,}"
+)
+_SECRET_ASSIGNMENT = re.compile(
+    r"(?i)\b((?:api[_-]?key|access[_-]?key|secret(?:[_-]?key)?|token|password|passwd|pwd"
+    r"|credentials?|private[_-]?key)[\"']?\s*[:=]\s*[\"']?)([^\s\"',;}]{4,})"
+)
 SUMMARY_CHARS = 2_000
 
 
@@ -65,9 +77,15 @@ def clean(value: Any) -> Any:
     return _strings(groundswell.redact(value))
 
 
+def scrub(text: str) -> str:
+    """``text`` with secret-looking values (keys, tokens, ``password=...``) replaced."""
+    text = _SECRET_TEXT.sub(REDACTED, text)
+    return _SECRET_ASSIGNMENT.sub(lambda m: m.group(1) + REDACTED, text)
+
+
 def _strings(value: Any) -> Any:
     if isinstance(value, str):
-        return _SECRET_TEXT.sub(REDACTED, value)
+        return scrub(value)
     if isinstance(value, dict):
         return {k: _strings(v) for k, v in value.items()}
     if isinstance(value, list):
@@ -363,26 +381,66 @@ class HistoryStore:
         include_iterations: bool = False,
         include_failures: bool = True,
         now: float | None = None,
+        exclude: Sequence[str] = (),
     ) -> list[tuple[Session, float]]:
-        """An agent's sessions scored by :func:`relevance`, best first, at least ``min_relevance``."""
+        """An agent's sessions scored by :func:`relevance`, best first, at least ``min_relevance``.
+
+        ``exclude`` leaves out sessions by id (say, the one running now).
+        """
         if limit < 1:
             raise ValueError(f"limit must be at least 1, got {limit}")
         if not 0.0 <= min_relevance <= 1.0:
             raise ValueError(f"min_relevance must be between 0 and 1, got {min_relevance}")
+        sa = _sqlalchemy()
+        sessions = self._tables[2]
         now = time.time() if now is None else now
-        scored = [
-            (s, relevance(s, task_signature, now))
-            for s in self.sessions(agent_id, include_failures=include_failures)
-        ]
-        ranked = sorted(
-            (pair for pair in scored if pair[1] >= min_relevance),
-            key=lambda pair: (-pair[1], -pair[0].started_at),
-        )[:limit]
-        if include_iterations and ranked:
-            with self.engine.connect() as conn:
+        # Score on the few columns relevance needs, then load whole rows only for
+        # the winners: with thousands of sessions, parsing every row's metadata
+        # and output would cost more than the scoring itself.
+        columns = (
+            sessions.c.id,
+            sessions.c.status,
+            sessions.c.started_at,
+            sessions.c.task_signature,
+            sessions.c.title,
+            sessions.c.category,
+            sessions.c.file_patterns,
+        )
+        query = sa.select(*columns).where(sessions.c.agent_id == agent_id)
+        if not include_failures:
+            query = query.where(sessions.c.status != "failed")
+        skip = set(exclude)
+        scored: list[tuple[float, float, str]] = []
+        with self.engine.connect() as conn:
+            for row in conn.execute(query):
+                if row.id in skip:
+                    continue
+                candidate = {
+                    "status": row.status,
+                    "started_at": row.started_at,
+                    "task_signature": row.task_signature,
+                    "title": row.title,
+                    "category": row.category,
+                    # Only partial matches read the patterns: skip the JSON otherwise.
+                    "file_patterns": _patterns(row.file_patterns) if task_signature else (),
+                }
+                score = relevance(candidate, task_signature, now)
+                if score >= min_relevance:
+                    scored.append((score, row.started_at, row.id))
+            scored.sort(key=lambda item: (-item[0], -item[1]))
+            best = scored[:limit]
+            if not best:
+                return []
+            ids = [session_id for _, _, session_id in best]
+            rows = {
+                row.id: _session(row)
+                for row in conn.execute(sa.select(sessions).where(sessions.c.id.in_(ids)))
+            }
+            ranked = [(rows[sid], score) for score, _, sid in best if sid in rows]
+            if include_iterations:
                 loaded = self._iterations(conn, [s.id for s, _ in ranked])
-            for s, _ in ranked:
-                s.iterations = loaded[s.id]
+                for s, _ in ranked:
+                    s.iterations = loaded[s.id]
         return ranked
 
     def _iterations(self, conn: Any, session_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
@@ -653,6 +711,11 @@ def _tables(sa: Any) -> tuple[Any, Any, Any, Any, Any]:
         sa.Column("metadata", sa.Text, nullable=False, default="{}"),
     )
     return meta, info, sessions, iterations, memories
+
+
+def _patterns(raw: str | None) -> list[str]:
+    found = json.loads(raw or "[]")
+    return found if isinstance(found, list) else []
 
 
 def _session(row: Any) -> Session:

@@ -1,0 +1,166 @@
+"""What an agent is told about its own past: the ``history`` context provider.
+
+``Agent(context=["history"])`` adds, to the system prompt of each of its
+prompts, the section :func:`build_agent_prompt` writes: the five past
+sessions most relevant to the task at hand (one line each), the error
+patterns it has learnt (``learn_error``), the approaches that worked
+(``learn_success``) and its other memories. Every line passes through the
+store's secret filter again, so a key that slipped into a summary is not
+repeated to the model.
+
+The task is the one :func:`~groundswell_history.set_task` set on the step (or
+workflow) the prompt runs in; without one, sessions rank by recency and
+outcome alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from groundswell import ContextRequest
+
+from .relevance import TaskSignature, task_signature
+from .sink import TASK_EVENT
+from .store import HistoryStore, Memory, Session, scrub
+from .tools import shared_store
+
+__all__ = ["SESSIONS", "build_agent_prompt", "provide"]
+
+#: How many past sessions the section lists.
+SESSIONS = 5
+#: How many memories of each kind it lists.
+MEMORIES = 5
+_LINE = 240
+HEADING = "## Your history"
+
+
+def _task(task: Any) -> TaskSignature | str | None:
+    if task is None or isinstance(task, TaskSignature):
+        return task
+    if isinstance(task, str):
+        # A 64-hex string is a stored signature; anything else is a task title.
+        is_digest = len(task) == 64 and all(c in "0123456789abcdef" for c in task)
+        return task if is_digest else task_signature(task)
+    if isinstance(task, Mapping):
+        return task_signature(
+            str(task.get("title") or ""), task.get("category"), task.get("file_patterns") or ()
+        )
+    raise TypeError(
+        "task must be a task_signature(), a title, a stored signature or a mapping with "
+        f"title/category/file_patterns; got {type(task).__name__}"
+    )
+
+
+def _short(text: str | None, limit: int = _LINE) -> str:
+    flat = " ".join((text or "").split())
+    return flat if len(flat) <= limit else f"{flat[: limit - 1]}…"
+
+
+def _when(started_at: float, now: float) -> str:
+    days = int(max(0.0, now - started_at) // 86_400)
+    day = datetime.fromtimestamp(started_at, UTC).strftime("%Y-%m-%d")
+    ago = "today" if days == 0 else "yesterday" if days == 1 else f"{days} days ago"
+    return f"{day} ({ago})"
+
+
+def _session_line(session: Session, score: float, now: float) -> str:
+    task = f'"{_short(session.title, 80)}"' if session.title else "no task set"
+    if session.category:
+        task += f" [{session.category}]"
+    if session.status == "failed":
+        outcome = f"failed: {_short(session.error)}"
+    elif session.status == "running":
+        outcome = "did not finish"
+    else:
+        outcome = f"completed: {_short(session.output_summary)}"
+    asked = _short(str(session.metadata.get("user") or ""), 120)
+    asked_part = f' asked "{asked}";' if asked else ""
+    return (
+        f"- {_when(session.started_at, now)}, {task},{asked_part} {outcome} (relevance {score:.2f})"
+    )
+
+
+def _memory_lines(memories: Sequence[Memory]) -> list[str]:
+    return [f"- {_short(m.content, 400)}" for m in memories]
+
+
+def build_agent_prompt(
+    agent_id: str,
+    task: Any = None,
+    *,
+    store: HistoryStore | None = None,
+    sessions: int = SESSIONS,
+    exclude: Sequence[str] = (),
+    now: float | None = None,
+) -> str:
+    """The system-prompt section telling ``agent_id`` about its own past ("" when it has none).
+
+    ``task`` is a :func:`task_signature`, a task title, a stored signature or
+    a mapping of ``title``/``category``/``file_patterns``; it decides which
+    past sessions are most relevant. ``store`` defaults to the store sessions
+    are recorded in; ``exclude`` leaves out session ids (the one running now).
+    """
+    chosen = store or shared_store()
+    now = time.time() if now is None else now
+    ranked = chosen.relevant_sessions(
+        agent_id,
+        task_signature=_task(task),
+        limit=sessions,
+        min_relevance=0.0,
+        exclude=exclude,
+        now=now,
+    )
+    errors = chosen.recall_all(agent_id, kind="error_pattern", limit=MEMORIES)
+    successes = chosen.recall_all(agent_id, kind="success_pattern", limit=MEMORIES * 4)
+    signature = _task(task)
+    if signature:
+        # Approaches that worked for this very task come first.
+        successes.sort(key=lambda m: m.metadata.get("task_signature") != str(signature))
+    successes = successes[:MEMORIES]
+    notes = [
+        m
+        for kind in ("preference", "learning", "context")
+        for m in chosen.recall_all(agent_id, kind=kind, limit=MEMORIES)
+    ]
+    notes.sort(key=lambda m: -m.importance)
+    parts: list[str] = []
+    if ranked:
+        parts.append("Your most relevant past sessions, best first:")
+        parts.extend(_session_line(s, score, now) for s, score in ranked)
+    if errors:
+        parts.append("Errors you have met before (avoid them):")
+        parts.extend(_memory_lines(errors))
+    if successes:
+        parts.append("Approaches that worked:")
+        parts.extend(_memory_lines(successes))
+    if notes:
+        parts.append("What you remember:")
+        parts.extend(_memory_lines(notes[:MEMORIES]))
+    if not parts:
+        return ""
+    intro = (
+        f"{HEADING}\n"
+        "You have worked on tasks like this before. Learn from it: repeat what worked "
+        "and do not repeat past mistakes."
+    )
+    return scrub("\n".join([intro, *parts]))
+
+
+async def provide(request: ContextRequest) -> str | None:
+    """The ``history`` context provider: :func:`build_agent_prompt` for the prompt's agent."""
+    event = request.nearest_event(TASK_EVENT)
+    task = None
+    if event and event.get("title"):
+        task = {
+            "title": event["title"],
+            "category": event.get("category"),
+            "file_patterns": event.get("file_patterns") or (),
+        }
+    text = await asyncio.to_thread(
+        build_agent_prompt, request.agent, task, exclude=(request.node.id,)
+    )
+    return text or None

@@ -1,0 +1,309 @@
+"""The introspection HTTP API, served by a real uvicorn server, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+import uvicorn
+from groundswell_history import HistoryStore, create_app, task_signature
+from groundswell_history.api import agent_for_token, issue_token
+
+import groundswell
+from groundswell import Agent
+from groundswell.testing import FakeAnthropicAPI, text
+
+from .conftest import RecordingSink
+
+SECRET = b"a-test-secret-of-enough-length"
+DAY = 86_400.0
+CLI = (sys.executable, "-m", "groundswell.cli")
+
+
+class Server:
+    """A real uvicorn server for ``app`` on a free loopback port, in a thread."""
+
+    def __init__(self, app: Any) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]})
+
+    def __enter__(self) -> Server:
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            assert time.monotonic() < deadline, "the API server did not start"
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+        self.sock.close()
+
+
+@pytest.fixture
+def api(history_store: HistoryStore) -> Iterator[httpx2.Client]:
+    with (
+        Server(create_app(history_store, secret=SECRET)) as server,
+        httpx2.Client(base_url=server.url, timeout=10) as client,
+    ):
+        yield client
+
+
+def auth(agent: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {issue_token(agent, SECRET)}"}
+
+
+def seed(store: HistoryStore, now: float) -> None:
+    fix = task_signature("Fix login bug", "bugfix")
+    for sid, sig, days, status in [
+        ("exact", fix, 1, "completed"),
+        ("exact-failed", fix, 0, "failed"),
+        ("plain-new", None, 0.2, "completed"),
+        ("plain-old", None, 50, "completed"),
+    ]:
+        store.start_session(sid, "alice", started_at=now - days * DAY, task_signature=sig)
+        store.add_iteration(sid, "model_turn", name="claude", output="thinking")
+        if status == "failed":
+            store.end_session(sid, "failed", error="TimeoutError: slow")
+        else:
+            store.end_session(sid, "completed", output=f"answer of {sid}")
+    store.start_session("bobs", "bob", started_at=now, task_signature=fix)
+    store.end_session("bobs", "completed", output="BOB'S SECRET WORK")
+
+
+def test_an_agent_reads_its_sessions_ranked(api: httpx2.Client, history_store: Any) -> None:
+    seed(history_store, time.time())
+    sig = task_signature("Fix login bug", "bugfix")
+    found = api.get(
+        "/api/introspection/alice", params={"task_signature": sig}, headers=auth("alice")
+    )
+    assert found.status_code == 200, found.text
+    body = found.json()
+    assert body["agent_id"] == "alice"
+    assert body["query"] == {
+        "task_signature": sig,
+        "limit": 10,
+        "min_relevance": 0.5,
+        "include_iterations": False,
+        "include_failures": True,
+    }
+    # exact+completed (0.97) > exact+failed today (0.8); with no match, completed
+    # hours ago (0.49) and 50 days ago (0.2) fall under min_relevance.
+    assert [s["id"] for s in body["sessions"]] == ["exact", "exact-failed"]
+    assert body["count"] == 2
+    first = body["sessions"][0]
+    assert first["relevance"] == pytest.approx(0.5 + 0.3 * 2.718281828**-0.1 + 0.2, abs=1e-3)
+    assert first["output_summary"] == "answer of exact" and "iterations" not in first
+    assert "BOB'S" not in found.text
+
+    narrowed = api.get(
+        "/api/introspection/alice",
+        params={
+            "task_signature": sig,
+            "limit": 1,
+            "include_iterations": "true",
+            "include_failures": "false",
+            "min_relevance": 0.9,
+        },
+        headers=auth("alice"),
+    ).json()
+    (only,) = narrowed["sessions"]
+    assert only["id"] == "exact" and only["iterations"][0]["output_summary"] == "thinking"
+    without_task = api.get(
+        "/api/introspection/alice", params={"min_relevance": 0}, headers=auth("alice")
+    ).json()
+    assert without_task["count"] == 4
+    assert [s["id"] for s in without_task["sessions"]] == [
+        "plain-new",  # 0.49: recency and outcome only
+        "exact",  # 0.47
+        "exact-failed",  # 0.30
+        "plain-old",  # 0.20
+    ]
+
+
+def test_tokens_decide_who_may_read(api: httpx2.Client, history_store: Any) -> None:
+    seed(history_store, time.time())
+    other = api.get("/api/introspection/bob", headers=auth("alice"))
+    assert other.status_code == 403
+    assert other.json()["detail"] == (
+        "this token belongs to agent 'alice'; an agent can read only its own sessions"
+    )
+    assert "BOB'S" not in other.text
+    missing = api.get("/api/introspection/alice")
+    assert missing.status_code == 401 and missing.headers["www-authenticate"] == "Bearer"
+    assert "Authorization: Bearer" in missing.json()["detail"]
+    token = issue_token("alice", SECRET)
+    forged = token[:-2] + ("AA" if not token.endswith("AA") else "BB")
+    assert (
+        api.get(
+            "/api/introspection/alice", headers={"Authorization": f"Bearer {forged}"}
+        ).status_code
+        == 401
+    )
+    other_server = issue_token("alice", b"some-other-servers-secret")
+    assert (
+        api.get(
+            "/api/introspection/alice", headers={"Authorization": f"Bearer {other_server}"}
+        ).status_code
+        == 401
+    )
+    assert agent_for_token(token, SECRET) == "alice"
+    assert agent_for_token("gsh.not.valid", SECRET) is None
+
+
+@pytest.mark.parametrize(
+    ("params", "says"),
+    [
+        ({"limit": 0}, "limit: Input should be greater than or equal to 1 (got '0')"),
+        ({"limit": 500}, "limit: Input should be less than or equal to 100 (got '500')"),
+        ({"limit": "ten"}, "limit: Input should be a valid integer"),
+        ({"min_relevance": 1.5}, "min_relevance: Input should be less than or equal to 1"),
+        ({"task_signature": "not-a-signature"}, "task_signature: String should match pattern"),
+        ({"include_iterations": "perhaps"}, "include_iterations: Input should be a valid boolean"),
+        ({"limt": 5}, "limt: unknown parameter; use task_signature, limit, min_relevance"),
+    ],
+)
+def test_invalid_parameters_get_422_with_a_clear_message(
+    api: httpx2.Client, params: dict[str, Any], says: str
+) -> None:
+    answer = api.get("/api/introspection/alice", params=params, headers=auth("alice"))
+    assert answer.status_code == 422
+    assert says in answer.json()["message"]
+
+
+def test_every_query_is_logged_and_emitted(
+    api: httpx2.Client,
+    history_store: Any,
+    recording_sink: RecordingSink,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    seed(history_store, time.time())
+    with caplog.at_level(logging.INFO, logger="groundswell.history.api"):
+        sig = task_signature("Fix login bug", "bugfix")
+        found = api.get(
+            "/api/introspection/alice", params={"task_signature": sig}, headers=auth("alice")
+        )
+        assert found.status_code == 200
+        assert api.get("/api/introspection/bob", headers=auth("alice")).status_code == 403
+        assert api.get("/api/introspection/alice", params={"limit": 0}).status_code == 422
+        assert groundswell.flush_sinks()
+    logged = [r.getMessage() for r in caplog.records if r.name == "groundswell.history.api"]
+    assert len(logged) == 3
+    assert "'status': 200" in logged[0] and "'count': 2" in logged[0]
+    assert "'status': 403" in logged[1] and "'caller': 'alice'" in logged[1]
+    events = [
+        e.data["event"]
+        for e in recording_sink.events
+        if e.kind == "node_event" and e.data["event"]["type"] == "introspection.query"
+    ]
+    assert [e["status"] for e in events] == [200, 403, 422]
+    assert events[0]["agent_id"] == "alice" and events[0]["count"] == 2
+    assert events[0]["query"]["limit"] == 10 and events[0]["ms"] >= 0
+    assert all(issue_token("alice", SECRET) not in str(e) for e in events)  # tokens never
+
+
+async def test_a_real_run_is_visible_through_the_api(
+    api: httpx2.Client, history_store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GROUNDSWELL_HISTORY_URL", history_store.url)
+    manager = groundswell.get_plugin_manager()
+    manager.refresh_sinks("history")
+    try:
+        agent = Agent(name="carol", client=FakeAnthropicAPI([text("42")]).client())
+        assert await agent.prompt("The answer?") == "42"
+        assert groundswell.flush_sinks()
+    finally:
+        monkeypatch.delenv("GROUNDSWELL_HISTORY_URL")
+        manager.refresh_sinks("history")
+    body = api.get(
+        "/api/introspection/carol", params={"include_iterations": True}, headers=auth("carol")
+    ).json()
+    (session,) = body["sessions"]
+    assert session["status"] == "completed" and session["output_summary"] == "42"
+    assert session["metadata"]["user"] == "The answer?"
+    assert [i["kind"] for i in session["iterations"]] == ["model_turn"]
+
+
+def test_the_openapi_schema_is_published(api: httpx2.Client) -> None:
+    schema = api.get("/openapi.json").json()
+    operation = schema["paths"]["/api/introspection/{agent_id}"]["get"]
+    names = {p["name"] for p in operation["parameters"]}
+    assert names == {
+        "agent_id",
+        "task_signature",
+        "limit",
+        "min_relevance",
+        "include_iterations",
+        "include_failures",
+    }
+    assert {"200", "401", "403", "422"} <= set(operation["responses"])
+    assert operation["security"] == [{"HTTPBearer": []}]
+    assert "IntrospectionResponse" in schema["components"]["schemas"]
+
+
+def test_the_cli_issues_tokens_and_serves(tmp_path: Path) -> None:
+    env = {**os.environ, "GROUNDSWELL_HOME": str(tmp_path / "home")}
+    env.pop("GROUNDSWELL_HISTORY_SECRET", None)
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    with HistoryStore(url) as store:
+        store.start_session("s1", "dave", started_at=time.time())
+        store.end_session("s1", "completed", output="dave's answer")
+    token = subprocess.run(
+        [*CLI, "history", "token", "dave"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert token.startswith("gsh.")
+    secret_file = tmp_path / "home" / "history-api.secret"
+    assert secret_file.stat().st_mode & 0o777 == 0o600
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen(
+        [*CLI, "history", "serve", "--url", url, "--port", str(port), "--log-level", "warning"],
+        env=env,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                answer = httpx2.get(
+                    f"http://127.0.0.1:{port}/api/introspection/dave?min_relevance=0",
+                    headers={"Authorization": f"Bearer {token}"},
+                )
+                break
+            except httpx2.ConnectError:
+                assert server.poll() is None, "groundswell history serve exited"
+                assert time.monotonic() < deadline, "groundswell history serve did not start"
+                time.sleep(0.1)
+        assert answer.status_code == 200
+        assert answer.json()["sessions"][0]["output_summary"] == "dave's answer"
+    finally:
+        server.terminate()
+        server.wait(10)
+    bad = subprocess.run(
+        [*CLI, "history", "serve", "--url", "nosuchdb://x"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode == 2
+    assert bad.stderr.startswith("groundswell: history store: cannot use 'nosuchdb://x'")
+    assert "Traceback" not in bad.stderr
