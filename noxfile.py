@@ -53,8 +53,9 @@ def docs(session: nox.Session) -> None:
 @nox.session(python="3.11")
 def bench(session: nox.Session) -> None:
     """Run the benchmarks; results go to benchmarks/results/*.json."""
-    # tokenizers reads the reference tokenizer of bench_token_accuracy.py.
-    session.install("-e", ".", "tokenizers")
+    # tokenizers reads the reference tokenizer of bench_token_accuracy.py; the
+    # history extra and psycopg serve bench_history.py (SQLite and PostgreSQL).
+    session.install("-e", ".[history]", "tokenizers", "psycopg[binary]")
     # Benchmarks measure the kernel alone; installed plugins would skew them.
     env = {"GROUNDSWELL_LOAD_PLUGINS": ""}
     for path in sorted(glob.glob("benchmarks/bench_*.py")):

@@ -27,6 +27,7 @@ from .extraction import Extract
 from .hooks import PromptBlocked
 from .hookspecs import (
     CacheBackend,
+    CliCommand,
     ContextProvider,
     EventSink,
     ReflectionStrategy,
@@ -81,6 +82,7 @@ __all__ = [
     "Agent",
     "Cache",
     "CacheBackend",
+    "CliCommand",
     "ConfigurationError",
     "ContextProvider",
     "ContextRequest",

@@ -1,5 +1,5 @@
 """The ``groundswell`` command: list plugins, run a workflow, render a saved tree,
-serve the session history API.
+and whatever commands plugins add (``register_cli_commands``).
 
 Exit codes: 0 success; 1 the workflow run failed; 2 bad input (arguments,
 modules, files); 3 a plugin error under ``GROUNDSWELL_STRICT_PLUGINS=1``.
@@ -237,41 +237,40 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0 if result.status is NodeStatus.COMPLETED else 1
 
 
-def _history() -> Any:
+BUILTIN_COMMANDS = ("plugins", "run", "tree")
+
+
+def _plugin_commands(sub: Any) -> None:
+    """Add the commands plugins register (``register_cli_commands``)."""
     try:
-        import groundswell_history.api as api
-    except ImportError as exc:
-        raise CLIError(
-            f'session history is not installed ({exc}): pip install "groundswell[history]"'
-        ) from None
-    return api
+        commands = get_plugin_manager().cli_commands()
+    except PluginError as exc:
+        # Strict mode and a broken plugin: the built-in commands (`groundswell
+        # plugins` above all, which shows what is broken) must still work.
+        print(f"warning: plugin commands unavailable: {exc}", file=sys.stderr)
+        return
+    for name, record in sorted(commands.items()):
+        if name in BUILTIN_COMMANDS:
+            print(
+                f"warning: a plugin's command {name!r} clashes with a built-in one; ignored",
+                file=sys.stderr,
+            )
+            continue
+        parser = sub.add_parser(name, help=record.description or f"{name} (plugin command)")
+        try:
+            record.factory(parser)
+        except Exception as exc:  # the command is broken, the others still work
+            message = f"the {name!r} command could not be set up: {type(exc).__name__}: {exc}"
+            parser.set_defaults(func=_broken(message))
+        if parser.get_default("func") is None:
+            parser.set_defaults(func=_broken(f"the {name!r} command sets no func"))
 
 
-def _cmd_history_token(args: argparse.Namespace) -> int:
-    api = _history()
-    if not args.agent_id.strip():
-        raise CLIError("AGENT_ID must not be empty")
-    print(api.issue_token(args.agent_id))
-    return 0
+def _broken(message: str) -> Any:
+    def run(args: argparse.Namespace) -> int:
+        raise CLIError(message)
 
-
-def _cmd_history_serve(args: argparse.Namespace) -> int:
-    api = _history()
-    try:
-        import uvicorn
-    except ImportError:
-        raise CLIError('serving needs uvicorn: pip install "groundswell[history]"') from None
-    from groundswell_history.store import _safe_url
-
-    app = api.create_app(args.url)
-    print(
-        f"history API on http://{args.host}:{args.port} (store {_safe_url(app.state.store.url)}); "
-        f"OpenAPI at /openapi.json",
-        file=sys.stderr,
-        flush=True,
-    )
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
-    return 0
+    return run
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -309,26 +308,7 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--jsonl", action="store_true", help="print the tree as a JSONL event log")
     p.set_defaults(func=_cmd_tree)
 
-    p = sub.add_parser("history", help="session history: serve the introspection API, issue tokens")
-    hsub = p.add_subparsers(dest="history_command", required=True, metavar="COMMAND")
-    h = hsub.add_parser("serve", help="serve GET /api/introspection/{agent_id} over HTTP")
-    h.add_argument(
-        "--url",
-        help="SQLAlchemy URL of the history store (default: GROUNDSWELL_HISTORY_URL, "
-        "else ~/.groundswell/history.db)",
-    )
-    h.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    h.add_argument("--port", type=int, default=8765, help="port to listen on (default 8765)")
-    h.add_argument(
-        "--log-level",
-        default="info",
-        choices=["critical", "error", "warning", "info", "debug"],
-        help="server log level (default info)",
-    )
-    h.set_defaults(func=_cmd_history_serve)
-    h = hsub.add_parser("token", help="print the bearer token of one agent")
-    h.add_argument("agent_id", metavar="AGENT_ID", help="the agent's name")
-    h.set_defaults(func=_cmd_history_token)
+    _plugin_commands(sub)
     return parser
 
 

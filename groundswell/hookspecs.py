@@ -17,6 +17,7 @@ import pluggy
 
 __all__ = [
     "CacheBackend",
+    "CliCommand",
     "ContextProvider",
     "EventSink",
     "HookResult",
@@ -83,6 +84,14 @@ class TokenCounter(_Record):
 
 
 @dataclass(frozen=True, slots=True)
+class CliCommand(_Record):
+    """A ``groundswell NAME ...`` command: ``factory(parser)`` adds the command's
+    arguments to its ``argparse.ArgumentParser`` and sets ``func``, which gets the
+    parsed arguments and returns the exit code (``parser.set_defaults(func=...)``).
+    """
+
+
+@dataclass(frozen=True, slots=True)
 class ContextProvider(_Record):
     """A context provider: ``factory()`` returns a callable (or an object with
     ``provide``) taking a :class:`groundswell.ContextRequest` and returning the
@@ -101,6 +110,11 @@ def register_cache_backends() -> HookResult:
 @hookspec
 def register_reflection_strategies() -> HookResult:
     """Return the :class:`ReflectionStrategy` records this plugin adds."""
+
+
+@hookspec
+def register_cli_commands() -> HookResult:
+    """Return the :class:`CliCommand` records this plugin adds."""
 
 
 @hookspec

@@ -30,6 +30,7 @@ from .errors import PluginError
 from .events import SinkHub
 from .hookspecs import (
     CacheBackend,
+    CliCommand,
     ContextProvider,
     EventSink,
     ReflectionStrategy,
@@ -49,9 +50,17 @@ _HOOK_RECORDS: dict[str, type[Any]] = {
     "register_event_sinks": EventSink,
     "register_tool_providers": ToolProvider,
     "register_context_providers": ContextProvider,
+    "register_cli_commands": CliCommand,
 }
 R = TypeVar(
-    "R", CacheBackend, ReflectionStrategy, EventSink, ToolProvider, TokenCounter, ContextProvider
+    "R",
+    CacheBackend,
+    ReflectionStrategy,
+    EventSink,
+    ToolProvider,
+    TokenCounter,
+    ContextProvider,
+    CliCommand,
 )
 
 
@@ -298,6 +307,10 @@ class PluginManager:
     def context_providers(self) -> dict[str, ContextProvider]:
         """Context providers (for ``Agent(context=[...])``) by name."""
         return self._collect("register_context_providers", ContextProvider)
+
+    def cli_commands(self) -> dict[str, CliCommand]:
+        """Commands plugins add to the ``groundswell`` command, by name."""
+        return self._collect("register_cli_commands", CliCommand)
 
     def token_counters(self) -> dict[str, TokenCounter]:
         """Token counters by name."""

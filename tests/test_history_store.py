@@ -314,3 +314,23 @@ def test_a_process_killed_mid_write_leaves_a_readable_store(tmp_path: Path) -> N
     assert len(finished) >= 20 and all(s.iterations for s in finished)
     with sqlite3.connect(tmp_path / "crash.db") as conn:
         assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+
+
+def test_old_sessions_are_purged_with_their_iterations(store: HistoryStore) -> None:
+    now = time.time()
+    for sid, agent, days in [("old-a", "a", 40), ("new-a", "a", 1), ("old-b", "b", 40)]:
+        store.start_session(sid, agent, started_at=now - days * DAY)
+        store.add_iteration(sid, "model_turn", output="x")
+    assert store.purge_sessions(30 * DAY, agent_id="a") == 1
+    assert [s.id for s in store.sessions("a")] == ["new-a"]
+    assert store.session("old-a") is None
+    assert store.purge_sessions(30 * DAY) == 1  # b's old session, then nothing else
+    assert store.sessions("b") == []
+    (kept,) = store.sessions("a", include_iterations=True)
+    assert kept.iterations and len(kept.iterations) == 1
+    with store.engine.connect() as conn:
+        iterations = store._tables[3]
+        count = conn.execute(iterations.select()).fetchall()
+    assert len(count) == 1  # the purged sessions' iterations went with them
+    with pytest.raises(ValueError, match="older_than must be seconds"):
+        store.purge_sessions(-1)

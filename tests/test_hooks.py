@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import argparse
 import inspect
 import re
 import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import groundswell
 from groundswell import (
     Agent,
     Cache,
     CacheBackend,
+    CliCommand,
     ContextProvider,
     ContextRequest,
     EventSink,
@@ -21,6 +25,7 @@ from groundswell import (
     TokenCounter,
     ToolProvider,
     WorkflowContext,
+    cli,
     get_plugin_manager,
     hookimpl,
     hookspecs,
@@ -181,10 +186,46 @@ async def test_hook_register_context_providers() -> None:
     assert fake.requests[0].system == "Be brief.\n\nHouse rules for clerk: answer in English."
 
 
+def test_hook_register_cli_commands(capsys: pytest.CaptureFixture[str]) -> None:
+    def configure(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("name")
+        parser.add_argument("--times", type=int, default=1)
+        parser.set_defaults(func=lambda args: print(f"hello {args.name} " * args.times) or 0)
+
+    def broken(parser: argparse.ArgumentParser) -> None:
+        raise RuntimeError("cannot build my parser")
+
+    class Plugin:
+        @hookimpl
+        def register_cli_commands(self) -> list[CliCommand]:
+            return [
+                CliCommand(name="greet", factory=configure, description="say hello"),
+                CliCommand(name="oops", factory=broken),
+                CliCommand(name="run", factory=configure),  # clashes with a built-in
+            ]
+
+    manager = get_plugin_manager()
+    name = manager.register(Plugin(), name="cli-plugin")
+    try:
+        assert cli.main(["greet", "ada", "--times", "2"]) == 0
+        out, err = capsys.readouterr()
+        assert out == "hello ada hello ada \n"
+        assert "'run' clashes with a built-in" in err
+        assert cli.main(["oops"]) == 2  # a broken command is one clear line, not a traceback
+        _, err = capsys.readouterr()
+        assert "the 'oops' command could not be set up: RuntimeError: cannot build my parser" in err
+        with pytest.raises(SystemExit):
+            cli.main(["--help"])
+        assert "say hello" in capsys.readouterr().out
+    finally:
+        manager.unregister(name)
+
+
 def test_every_hook_has_a_test_and_a_documented_signature() -> None:
     names = hook_names()
     assert names == [
         "register_cache_backends",
+        "register_cli_commands",
         "register_context_providers",
         "register_event_sinks",
         "register_reflection_strategies",

@@ -26,7 +26,14 @@ import logging
 import os
 from typing import Any
 
-from groundswell import ConfigurationError, ContextProvider, EventSink, ToolProvider, hookimpl
+from groundswell import (
+    CliCommand,
+    ConfigurationError,
+    ContextProvider,
+    EventSink,
+    ToolProvider,
+    hookimpl,
+)
 
 from .injection import build_agent_prompt, provide
 from .relevance import TaskSignature, relevance, task_signature
@@ -98,4 +105,15 @@ def register_context_providers() -> ContextProvider:
         name="history",
         factory=lambda: provide,
         description="an agent's most relevant past sessions, error patterns and successes",
+    )
+
+
+@hookimpl
+def register_cli_commands() -> CliCommand:
+    from .cli import configure
+
+    return CliCommand(
+        name="history",
+        factory=configure,
+        description="session history: serve the introspection API, issue agents' tokens",
     )

@@ -16,10 +16,10 @@ import json
 import math
 import re
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-__all__ = ["TaskSignature", "relevance", "task_signature"]
+__all__ = ["TaskSignature", "relevance", "scorer", "task_signature"]
 
 EXACT, PARTIAL = 0.5, 0.3
 RECENCY, DECAY_PER_DAY = 0.3, 0.1
@@ -85,27 +85,64 @@ def relevance(session: Any, task_signature: str | None = None, now: float | None
     A plain signature string matches exactly or not at all; one made by
     :func:`task_signature` also matches partially.
     """
-    score = 0.0
-    if task_signature:
-        stored = _get(session, "task_signature")
-        if stored and stored == task_signature:
-            score += EXACT
-        elif isinstance(task_signature, TaskSignature) and _partial(session, task_signature):
-            score += PARTIAL
-    started = _get(session, "started_at")
-    if isinstance(started, int | float):
-        days = max(0.0, ((time.time() if now is None else now) - started) / 86_400)
-        score += RECENCY * math.exp(-DECAY_PER_DAY * days)
-    score += OUTCOME.get(str(_get(session, "status")), 0.0)
-    return round(min(1.0, max(0.0, score)), 6)
+    return scorer(task_signature, now)(
+        _get(session, "status"),
+        _get(session, "started_at"),
+        _get(session, "task_signature"),
+        _get(session, "title"),
+        _get(session, "category"),
+        _get(session, "file_patterns"),
+    )
 
 
-def _partial(session: Any, signature: TaskSignature) -> bool:
-    category = _normalize(_get(session, "category"))
-    if signature.task_category and category == signature.task_category:
-        return True
-    patterns = set(_get(session, "file_patterns") or ())
-    if patterns & set(signature.task_file_patterns):
-        return True
-    title = _normalize(_get(session, "title"))
-    return bool(signature.task_title) and title == signature.task_title
+def scorer(
+    task_signature: str | None = None, now: float | None = None
+) -> Callable[[Any, Any, Any, Any, Any, Any], float]:
+    """:func:`relevance` for many sessions of one query, without per-call set-up.
+
+    The returned function takes ``(status, started_at, task_signature, title,
+    category, file_patterns)``; ``file_patterns`` may be a list or its JSON
+    text, which is parsed only when nothing cheaper decides a partial match.
+    """
+    now = time.time() if now is None else now
+    parts = task_signature if isinstance(task_signature, TaskSignature) else None
+    partial = parts is not None
+    category = parts.task_category if parts else ""
+    title = parts.task_title if parts else ""
+    patterns = set(parts.task_file_patterns) if parts else set()
+    outcome, exp = OUTCOME.get, math.exp
+
+    def score(
+        status: Any,
+        started_at: Any,
+        stored: Any,
+        stored_title: Any,
+        stored_category: Any,
+        stored_patterns: Any,
+    ) -> float:
+        total = 0.0
+        if task_signature:
+            if stored and stored == task_signature:
+                total += EXACT
+            elif partial and (
+                (category and _normalize(stored_category) == category)
+                or (title and _normalize(stored_title) == title)
+                or (patterns and not patterns.isdisjoint(_pattern_list(stored_patterns)))
+            ):
+                total += PARTIAL
+        if isinstance(started_at, int | float):
+            days = max(0.0, (now - started_at) / 86_400)
+            total += RECENCY * exp(-DECAY_PER_DAY * days)
+        total += outcome(str(status), 0.0)
+        return round(min(1.0, max(0.0, total)), 6)
+
+    return score
+
+
+def _pattern_list(value: Any) -> Iterable[str]:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value or "[]")
+        except ValueError:
+            return ()
+    return value if isinstance(value, list | tuple | set) else ()

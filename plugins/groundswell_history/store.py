@@ -28,7 +28,7 @@ from typing import Any, Literal
 import groundswell
 from groundswell import ConfigurationError
 
-from .relevance import relevance
+from .relevance import scorer
 
 __all__ = ["MEMORY_KINDS", "HistoryStore", "Memory", "Session", "default_url"]
 
@@ -410,23 +410,15 @@ class HistoryStore:
         if not include_failures:
             query = query.where(sessions.c.status != "failed")
         skip = set(exclude)
+        score = scorer(task_signature, now)
         scored: list[tuple[float, float, str]] = []
         with self.engine.connect() as conn:
-            for row in conn.execute(query):
-                if row.id in skip:
+            for sid, status, started, signature, title, category, patterns in conn.execute(query):
+                if sid in skip:
                     continue
-                candidate = {
-                    "status": row.status,
-                    "started_at": row.started_at,
-                    "task_signature": row.task_signature,
-                    "title": row.title,
-                    "category": row.category,
-                    # Only partial matches read the patterns: skip the JSON otherwise.
-                    "file_patterns": _patterns(row.file_patterns) if task_signature else (),
-                }
-                score = relevance(candidate, task_signature, now)
-                if score >= min_relevance:
-                    scored.append((score, row.started_at, row.id))
+                value = score(status, started, signature, title, category, patterns)
+                if value >= min_relevance:
+                    scored.append((value, started, sid))
             scored.sort(key=lambda item: (-item[0], -item[1]))
             best = scored[:limit]
             if not best:
@@ -442,6 +434,21 @@ class HistoryStore:
                 for s, _ in ranked:
                     s.iterations = loaded[s.id]
         return ranked
+
+    def purge_sessions(self, older_than: float, *, agent_id: str | None = None) -> int:
+        """Delete sessions (and their iterations) that started more than ``older_than``
+        seconds ago, of one agent or of all; returns how many sessions."""
+        if older_than < 0 or math.isnan(older_than):
+            raise ValueError(f"older_than must be seconds >= 0, got {older_than}")
+        sa = _sqlalchemy()
+        sessions, iterations = self._tables[2], self._tables[3]
+        where = sessions.c.started_at < time.time() - older_than
+        if agent_id is not None:
+            where = where & (sessions.c.agent_id == agent_id)
+        with self.engine.begin() as conn:
+            old = sa.select(sessions.c.id).where(where).scalar_subquery()
+            conn.execute(iterations.delete().where(iterations.c.session_id.in_(old)))
+            return int(conn.execute(sessions.delete().where(where)).rowcount)
 
     def _iterations(self, conn: Any, session_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
         sa = _sqlalchemy()
@@ -711,11 +718,6 @@ def _tables(sa: Any) -> tuple[Any, Any, Any, Any, Any]:
         sa.Column("metadata", sa.Text, nullable=False, default="{}"),
     )
     return meta, info, sessions, iterations, memories
-
-
-def _patterns(raw: str | None) -> list[str]:
-    found = json.loads(raw or "[]")
-    return found if isinstance(found, list) else []
 
 
 def _session(row: Any) -> Session:

@@ -1,0 +1,73 @@
+"""``groundswell history serve`` and ``groundswell history token AGENT_ID``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from groundswell import ConfigurationError
+
+__all__ = ["configure"]
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Add the ``history`` subcommands to ``parser``."""
+    sub = parser.add_subparsers(dest="history_command", required=True, metavar="COMMAND")
+    serve = sub.add_parser("serve", help="serve GET /api/introspection/{agent_id} over HTTP")
+    serve.add_argument(
+        "--url",
+        help="SQLAlchemy URL of the history store (default: GROUNDSWELL_HISTORY_URL, "
+        "else ~/.groundswell/history.db)",
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8765, help="port to listen on (8765)")
+    serve.add_argument(
+        "--log-level",
+        default="info",
+        choices=["critical", "error", "warning", "info", "debug"],
+        help="server log level (info)",
+    )
+    serve.set_defaults(func=_serve)
+    token = sub.add_parser("token", help="print the bearer token of one agent")
+    token.add_argument("agent_id", metavar="AGENT_ID", help="the agent's name")
+    token.set_defaults(func=_token)
+
+
+def _api() -> Any:
+    try:
+        from . import api
+    except ImportError as exc:
+        raise ConfigurationError(
+            f'the history API is not installed ({exc}): pip install "groundswell[history]"'
+        ) from None
+    return api
+
+
+def _token(args: argparse.Namespace) -> int:
+    api = _api()
+    if not args.agent_id.strip():
+        raise ConfigurationError("AGENT_ID must not be empty")
+    print(api.issue_token(args.agent_id))
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    api = _api()
+    try:
+        import uvicorn
+    except ImportError:
+        raise ConfigurationError(
+            'serving needs uvicorn: pip install "groundswell[history]"'
+        ) from None
+    from .store import _safe_url
+
+    app = api.create_app(args.url)
+    print(
+        f"history API on http://{args.host}:{args.port} (store {_safe_url(app.state.store.url)}); "
+        "OpenAPI at /openapi.json",
+        file=sys.stderr,
+        flush=True,
+    )
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    return 0
