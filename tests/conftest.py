@@ -162,3 +162,31 @@ def _empty_store(store: Any) -> None:
     with store.engine.begin() as conn:
         for table in reversed(meta.sorted_tables):
             conn.execute(table.delete())
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def recording_store(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Any]:
+    """The store the history sink records into and the history plugin reads, fresh for
+    this test: the default SQLite file (``GROUNDSWELL_HOME``), or the real PostgreSQL
+    through ``GROUNDSWELL_HISTORY_URL`` (which also records every agent)."""
+    from groundswell_history import HistoryStore
+
+    monkeypatch.delenv("GROUNDSWELL_HISTORY_URL", raising=False)
+    monkeypatch.setenv("GROUNDSWELL_HOME", str(tmp_path / "home"))
+    if request.param == "sqlite":
+        store = HistoryStore(f"sqlite:///{tmp_path / 'home' / 'history.db'}")
+    else:
+        store = HistoryStore(request.getfixturevalue("postgres_url"))
+        _empty_store(store)
+        monkeypatch.setenv("GROUNDSWELL_HISTORY_URL", store.url)
+    manager = groundswell.get_plugin_manager()
+    manager.refresh_sinks("history")
+    yield store
+    monkeypatch.delenv("GROUNDSWELL_HISTORY_URL", raising=False)
+    monkeypatch.delenv("GROUNDSWELL_HOME")
+    manager.refresh_sinks("history")
+    if request.param == "postgresql":
+        _empty_store(store)
+    store.close()

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from groundswell_history import HistoryStore, build_agent_prompt, set_task, task_signature
@@ -17,17 +15,8 @@ DAY = 86_400.0
 
 
 @pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[HistoryStore]:
-    """The default store (where sessions are recorded and read), fresh for this test."""
-    monkeypatch.delenv("GROUNDSWELL_HISTORY_URL", raising=False)
-    monkeypatch.setenv("GROUNDSWELL_HOME", str(tmp_path / "home"))
-    manager = groundswell.get_plugin_manager()
-    manager.refresh_sinks("history")
-    store = HistoryStore(f"sqlite:///{tmp_path / 'home' / 'history.db'}")
-    yield store
-    store.close()
-    monkeypatch.delenv("GROUNDSWELL_HOME")
-    manager.refresh_sinks("history")
+def home(recording_store: HistoryStore) -> HistoryStore:
+    return recording_store
 
 
 def seed(store: HistoryStore, now: float) -> None:
