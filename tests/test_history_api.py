@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx2
 import pytest
+import sqlalchemy
 import uvicorn
 from groundswell_history import HistoryStore, create_app, task_signature
 from groundswell_history.api import agent_for_token, issue_token
@@ -161,6 +162,12 @@ def test_tokens_decide_who_may_read(api: httpx2.Client, history_store: Any) -> N
         ).status_code
         == 401
     )
+    basic = api.get("/api/introspection/alice", headers={"Authorization": "Basic YTpi"})
+    assert basic.status_code == 401
+    assert basic.json()["message"] == (
+        "Authorization must use the Bearer scheme: Authorization: Bearer <token>"
+    )
+    assert other.json()["message"] == other.json()["detail"]
     assert agent_for_token(token, SECRET) == "alice"
     assert agent_for_token("gsh.not.valid", SECRET) is None
 
@@ -211,6 +218,11 @@ def test_every_query_is_logged_and_emitted(
         if e.kind == "node_event" and e.data["event"]["type"] == "introspection.query"
     ]
     assert [e["status"] for e in events] == [200, 403, 422]
+    assert events[2]["agent_id"] == "alice" and "limit" in events[2]["error"]
+    # Queries are batched into one "history-api" run, not a run per query.
+    runs = {e.run_id for e in recording_sink.events if e.kind == "node_event"}
+    starts = [e for e in recording_sink.events if e.kind == "node_start"]
+    assert len(runs) == 1 and [e.data["name"] for e in starts] == ["history-api"]
     assert events[0]["agent_id"] == "alice" and events[0]["count"] == 2
     assert events[0]["query"]["limit"] == 10 and events[0]["ms"] >= 0
     assert all(issue_token("alice", SECRET) not in str(e) for e in events)  # tokens never
@@ -275,10 +287,9 @@ def test_the_cli_issues_tokens_and_serves(tmp_path: Path) -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
+    log = (tmp_path / "serve.log").open("w")
     server = subprocess.Popen(
-        [*CLI, "history", "serve", "--url", url, "--port", str(port), "--log-level", "warning"],
-        env=env,
-        stderr=subprocess.DEVNULL,
+        [*CLI, "history", "serve", "--url", url, "--port", str(port)], env=env, stderr=log
     )
     try:
         deadline = time.monotonic() + 30
@@ -295,9 +306,22 @@ def test_the_cli_issues_tokens_and_serves(tmp_path: Path) -> None:
                 time.sleep(0.1)
         assert answer.status_code == 200
         assert answer.json()["sessions"][0]["output_summary"] == "dave's answer"
+        taken = subprocess.run(
+            [*CLI, "history", "serve", "--url", url, "--port", str(port)],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        assert taken.returncode == 2
+        assert f"cannot listen on 127.0.0.1:{port}" in taken.stderr
+        assert "Traceback" not in taken.stderr
     finally:
         server.terminate()
         server.wait(10)
+        log.close()
+    served = (tmp_path / "serve.log").read_text()
+    assert "groundswell.history.api: introspection query answered" in served
+    assert "'agent_id': 'dave'" in served and token not in served
     bad = subprocess.run(
         [*CLI, "history", "serve", "--url", "nosuchdb://x"],
         env=env,
@@ -307,3 +331,83 @@ def test_the_cli_issues_tokens_and_serves(tmp_path: Path) -> None:
     assert bad.returncode == 2
     assert bad.stderr.startswith("groundswell: history store: cannot use 'nosuchdb://x'")
     assert "Traceback" not in bad.stderr
+    for given in ("99999", "http"):
+        wrong = subprocess.run(
+            [*CLI, "history", "serve", "--port", given], env=env, capture_output=True, text=True
+        )
+        assert wrong.returncode == 2 and "argument --port:" in wrong.stderr
+
+
+def test_all_problems_are_named_at_once(api: httpx2.Client) -> None:
+    answer = api.get(
+        "/api/introspection/alice",
+        params={"limt": 3, "limit": 0, "task_signature": "abc"},
+        headers=auth("alice"),
+    )
+    assert answer.status_code == 422
+    message = answer.json()["message"]
+    for part in (
+        "limit: Input should be greater",
+        "task_signature: String should",
+        "limt: unknown",
+    ):
+        assert part in message, part
+
+
+def test_agent_names_with_slashes_and_odd_characters(
+    api: httpx2.Client, history_store: Any
+) -> None:
+    now = time.time()
+    for name in ("team/fixer", "ünï cødé ✓", "x" * 300):
+        history_store.start_session(f"s-{len(name)}-{name[:3]}", name, started_at=now)
+        history_store.end_session(f"s-{len(name)}-{name[:3]}", "completed", output=f"by {name[:8]}")
+        for path in (name, name.replace("/", "%2F")):
+            answer = api.get(
+                f"/api/introspection/{path}", params={"min_relevance": 0}, headers=auth(name)
+            )
+            assert answer.status_code == 200, (name, answer.text)
+            assert answer.json()["agent_id"] == name and answer.json()["count"] == 1
+    assert api.get("/api/introspection/team/fixer", headers=auth("team")).status_code == 403
+
+
+def test_an_unreachable_store_is_503_and_health_says_so(history_store: Any) -> None:
+    with (
+        Server(create_app(history_store, secret=SECRET)) as server,
+        httpx2.Client(base_url=server.url, timeout=30) as client,
+    ):
+        assert client.get("/api/health").json() == {"status": "ok", "schema_version": 1}
+        # The database goes away while the server runs: point the store at a dead port.
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        working = history_store.engine
+        history_store.engine = sqlalchemy.create_engine(
+            f"postgresql+psycopg://u@127.0.0.1:{port}/gone", pool_pre_ping=True
+        )
+        try:
+            down = client.get("/api/introspection/alice", headers=auth("alice"))
+            assert down.status_code == 503
+            assert down.json()["message"] == "the history store cannot be reached; try again"
+            health = client.get("/api/health")
+            assert health.status_code == 503 and "cannot be reached" in health.json()["message"]
+        finally:
+            history_store.engine.dispose()
+            history_store.engine = working
+        # And back: the next query is answered again.
+        assert client.get("/api/introspection/alice", headers=auth("alice")).status_code == 200
+
+
+def test_racing_processes_agree_on_one_secret(tmp_path: Path) -> None:
+    code = (
+        "import os, sys; from groundswell_history.api import load_secret; "
+        "sys.stdout.write(load_secret().decode())"
+    )
+    env = {**os.environ, "GROUNDSWELL_HOME": str(tmp_path / "home")}
+    env.pop("GROUNDSWELL_HISTORY_SECRET", None)
+    processes = [
+        subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
+        for _ in range(8)
+    ]
+    secrets = {p.communicate(timeout=60)[0] for p in processes}
+    assert all(p.returncode == 0 for p in processes)
+    assert len(secrets) == 1 and len(secrets.pop()) == 64

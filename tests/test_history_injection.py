@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import socket
 import time
+from pathlib import Path
 
 import pytest
-from groundswell_history import HistoryStore, build_agent_prompt, set_task, task_signature
+from groundswell_history import (
+    HistoryStore,
+    build_agent_prompt,
+    injection,
+    set_task,
+    task_signature,
+)
 
 import groundswell
 from groundswell import Agent, ConfigurationError, ContextRequest, WorkflowContext, workflow
@@ -121,10 +131,19 @@ def test_secrets_are_filtered_from_the_section(home: HistoryStore) -> None:
             )
         )
     home.learn_error("keeper", "login failed with token a-registered-secret-42")
+    home.learn_success(
+        "keeper",
+        "set DB_PASSWORD=hunter3hunter3 and OPENAI_API_KEY=sk-proj-abcdefghijklmnopqrstuv, "
+        "then connect to postgresql://admin:S3cretPass@db/app",
+    )
+    home.remember("keeper", "later", "the vault code is ZEBRA-ALPHA-42")
+    # Registered after it was stored: still never repeated to the model.
+    groundswell.register_secret("ZEBRA-ALPHA-42")
     section = build_agent_prompt("keeper", "Deploy", store=home, now=now)
-    assert "hunter2" not in section and "sk-ant-api03" not in section
+    for leaked in ("hunter2", "hunter3", "sk-ant-api03", "sk-proj", "S3cretPass", "ZEBRA"):
+        assert leaked not in section, leaked
     assert "a-registered-secret-42" not in section
-    assert "password=**********" in section
+    assert "password=**********" in section and "DB_PASSWORD=**********" in section
 
 
 async def test_a_prompt_gets_its_history_in_the_system_prompt(home: HistoryStore) -> None:
@@ -194,6 +213,60 @@ async def test_bad_context_settings_are_clear_errors() -> None:
         Agent(name="a", context="history")  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match="provider names"):
         Agent(name="a", context=[42])
-    agent = Agent(name="a", context=["nope"], client=FakeAnthropicAPI([text("x")]).client())
-    with pytest.raises(ConfigurationError, match=r"no context provider named 'nope'.*history"):
-        await agent.prompt("hi")
+    # A misspelt provider is caught when the agent is made, not at its first prompt.
+    with pytest.raises(ConfigurationError, match=r"no context provider named 'histroy'.*history"):
+        Agent(name="a", context=["histroy"])
+
+
+async def test_an_object_with_provide_and_a_stuck_provider(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    class Rules:
+        def provide(self, request: ContextRequest) -> str:
+            return "Rule: cite sources. Token sk-ant-api03-shouldnotleak is registered."
+
+    async def stuck(request: ContextRequest) -> str:
+        await asyncio.sleep(30)
+        return "never"
+
+    groundswell.register_secret("sk-ant-api03-shouldnotleak")
+    monkeypatch.setattr("groundswell.prompt_context.TIMEOUT_S", 0.2)
+    fake = FakeAnthropicAPI([text("a"), text("b")])
+    agent = Agent(name="ruled", context=[Rules(), stuck], client=fake.client())
+    with caplog.at_level(logging.WARNING, logger="groundswell.context"):
+        first = await agent.run("one")
+        await agent.run("two")
+    assert fake.requests[0].system == "Rule: cite sources. Token ********** is registered."
+    errors = [e for e in first.node.events if e["type"] == "context_error"]  # type: ignore[union-attr]
+    assert errors == [{**errors[0], "provider": "stuck", "error": "no answer within 0.2 s"}]
+    # Logged once while it keeps failing, not once per prompt.
+    assert len([r for r in caplog.records if "'stuck' failed" in r.getMessage()]) == 1
+
+
+async def test_an_unreachable_store_costs_one_prompt_a_try_not_every_prompt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setenv(
+        "GROUNDSWELL_HISTORY_URL", f"postgresql+psycopg://u:pw@127.0.0.1:{port}/history"
+    )
+    monkeypatch.setenv("GROUNDSWELL_HOME", str(tmp_path))
+    manager = groundswell.get_plugin_manager()
+    manager.refresh_sinks("history")
+    try:
+        fake = FakeAnthropicAPI([text("still answered"), text("again")])
+        agent = Agent(name="offline", context=["history"], client=fake.client())
+        first = await agent.run("one")
+        second = await agent.run("two")
+    finally:
+        monkeypatch.delenv("GROUNDSWELL_HISTORY_URL")
+        manager.refresh_sinks("history")
+        injection._down_until.clear()
+    assert (first.output, second.output) == ("still answered", "again")
+    assert fake.requests[0].system is None  # no section, and no failure
+    (error,) = [e for e in first.node.events if e["type"] == "context_error"]  # type: ignore[union-attr]
+    assert "cannot be reached" in error["error"] and "pw" not in error["error"]
+    (again,) = [e for e in second.node.events if e["type"] == "context_error"]  # type: ignore[union-attr]
+    assert "failed recently; next try in" in again["error"]

@@ -6,6 +6,7 @@ import json
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 from groundswell_history import HistorySink, HistoryStore, set_task, task_signature
@@ -198,3 +199,23 @@ async def test_an_agent_queries_only_its_own_past_sessions(store: HistoryStore) 
     schema = fake.requests[-1].tools[0]["input_schema"]
     assert "agent_id" not in schema["properties"]
     assert schema["properties"]["limit"]["maximum"] == 20
+
+
+async def test_one_refused_write_never_holds_back_the_sessions_after_it(
+    history_store: HistoryStore, add_sink: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    sink = HistorySink(url=history_store.url, record_all=True, store=history_store)
+    add_sink(sink, name="every-agent-history")
+    # PostgreSQL refuses NUL characters in text; SQLite stores them.
+    names = ["before", "odd\x00name", "after"]
+    with caplog.at_level(logging.WARNING, logger="groundswell.history"):
+        for name in names:
+            agent = Agent(name=name, client=FakeAnthropicAPI([text("ok")]).client())
+            assert await agent.prompt("hi") == "ok"
+        assert groundswell.flush_sinks()
+    assert sink.pending == 0
+    assert len(history_store.sessions("before")) == 1
+    assert len(history_store.sessions("after")) == 1
+    if history_store.engine.dialect.name == "postgresql":
+        assert sink.dropped >= 1
+        assert any("refused start_session" in r.getMessage() for r in caplog.records)

@@ -7,6 +7,7 @@ import math
 import multiprocessing
 import os
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -15,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from groundswell_history import HistoryStore, relevance, task_signature
+from groundswell_history import HistoryStore, StoreUnavailable, relevance, task_signature
 from groundswell_history.relevance import TaskSignature
 
 import groundswell
@@ -205,6 +206,29 @@ def test_secrets_never_reach_the_store(store: HistoryStore) -> None:
     assert session.error is not None and "abcdefghijklmnopqrstu" not in session.error
 
 
+@pytest.mark.parametrize(
+    ("text", "kept"),
+    [
+        ("DB_PASSWORD=hunter2hunter2", "DB_PASSWORD=**********"),
+        ("export OPENAI_API_KEY=sk-proj-abcdefghijklmnopqrstuvwx", "OPENAI_API_KEY=**********"),
+        ("AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG", "AWS_SECRET_ACCESS_KEY=**********"),
+        ('{"client_secret": "abcd1234"}', '{"client_secret": "**********"}'),
+        ("postgresql://admin:S3cretPass@db/app", "postgresql://admin:**********@db/app"),
+        ("Authorization: Basic dXNlcjpwYXNzd29yZA==", "Authorization: **********"),
+        ("key AIzaSyA1234567890abcdefghijklmnopqrstuv", "key **********"),
+        ("token_count: 1234 tokens", "token_count: 1234 tokens"),
+        ("the author=Jane wrote it", "the author=Jane wrote it"),
+        ("nul\x00byte", "nulbyte"),
+    ],
+)
+def test_secret_looking_text_is_scrubbed(store: HistoryStore, text: str, kept: str) -> None:
+    store.start_session("s", "a", metadata={"note": text})
+    store.end_session("s", "completed", output=text)
+    (session,) = store.sessions("a")
+    assert kept in session.output_summary  # type: ignore[operator]
+    assert kept in session.metadata["note"]
+
+
 def test_bad_input_is_named(store: HistoryStore) -> None:
     with pytest.raises(ValueError, match="memory kind must be one of context"):
         store.remember("a", "k", "x", kind="opinion")  # type: ignore[arg-type]
@@ -218,6 +242,12 @@ def test_bad_urls_are_named_without_their_password() -> None:
     with pytest.raises(ConfigurationError) as caught:
         HistoryStore("nosuchdialect://user:pw123456@host/db")
     assert "pw123456" not in str(caught.value) and "user:***@" in str(caught.value)
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with pytest.raises(StoreUnavailable, match="cannot be reached: connection failed") as down:
+        HistoryStore(f"postgresql+psycopg://user:pw123456@127.0.0.1:{port}/db")
+    assert "pw123456" not in str(down.value)
 
 
 def test_a_newer_schema_is_refused(tmp_path: Path) -> None:

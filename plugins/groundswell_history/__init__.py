@@ -24,7 +24,8 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from groundswell import (
     CliCommand,
@@ -35,10 +36,13 @@ from groundswell import (
     hookimpl,
 )
 
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
 from .injection import build_agent_prompt, provide
 from .relevance import TaskSignature, relevance, task_signature
 from .sink import HistorySink, set_task
-from .store import MEMORY_KINDS, HistoryStore, Memory, Session, default_url
+from .store import MEMORY_KINDS, HistoryStore, Memory, Session, StoreUnavailable, default_url
 from .tools import shared_store, toolset
 
 __all__ = [
@@ -47,6 +51,7 @@ __all__ = [
     "HistoryStore",
     "Memory",
     "Session",
+    "StoreUnavailable",
     "TaskSignature",
     "build_agent_prompt",
     "create_app",
@@ -59,15 +64,21 @@ __all__ = [
 ]
 
 
-def create_app(store: HistoryStore | str | None = None, *, secret: bytes | None = None) -> Any:
-    """The introspection HTTP API over ``store``; see :mod:`groundswell_history.api`."""
+def load_api() -> ModuleType:
+    """:mod:`groundswell_history.api`, or a clear error when FastAPI is not installed."""
     try:
-        from .api import create_app as make
+        from . import api
     except ImportError as exc:  # FastAPI is part of the extra, not of groundswell itself
         raise ConfigurationError(
             f'the history API needs FastAPI ({exc}): pip install "groundswell[history]"'
         ) from exc
-    return make(store, secret=secret)
+    return api
+
+
+def create_app(store: HistoryStore | str | None = None, *, secret: bytes | None = None) -> FastAPI:
+    """The introspection HTTP API over ``store``; see :mod:`groundswell_history.api`."""
+    made: FastAPI = load_api().create_app(store, secret=secret)
+    return made
 
 
 def _make_sink() -> HistorySink | None:

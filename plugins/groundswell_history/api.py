@@ -18,16 +18,21 @@ emitted to the registered event sinks as an ``introspection.query`` event.
 
 import base64
 import binascii
+import contextlib
 import hashlib
 import hmac
 import logging
 import os
 import secrets
+import tempfile
+import threading
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path as FilePath
 from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request
+import sqlalchemy
+from fastapi import Depends, FastAPI, Path, Query, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -37,7 +42,13 @@ from pydantic import BaseModel, Field
 from groundswell import ConfigurationError, NodeStatus, NodeType
 from groundswell.context import new_run_tree
 
-from .store import SCHEMA_VERSION, HistoryStore, _safe_url, default_url
+from .store import (
+    SCHEMA_VERSION,
+    HistoryStore,
+    StoreUnavailable,
+    default_url,
+    groundswell_home,
+)
 
 __all__ = ["SECRET_ENV", "agent_for_token", "create_app", "issue_token", "load_secret"]
 
@@ -46,20 +57,8 @@ SECRET_ENV = "GROUNDSWELL_HISTORY_SECRET"
 SECRET_FILE = "history-api.secret"
 TOKEN_PREFIX = "gsh"
 MAX_LIMIT = 100
-QUERY_PARAMETERS = (
-    "task_signature",
-    "limit",
-    "min_relevance",
-    "include_iterations",
-    "include_failures",
-)
-# Agent ids are names: any printable text, no control characters (which some
-# databases refuse to store or compare).
-AGENT_ID_PATTERN = r"^[^\x00-\x1f\x7f]+$"
-
-
-def _home() -> FilePath:
-    return FilePath(os.environ.get("GROUNDSWELL_HOME") or FilePath.home() / ".groundswell")
+# Agent ids are names: any text but NUL, which PostgreSQL cannot store or compare.
+AGENT_ID_PATTERN = r"^[^\x00]+$"
 
 
 def load_secret(*, create: bool = True) -> bytes:
@@ -72,26 +71,44 @@ def load_secret(*, create: bool = True) -> bytes:
                 'e.g. python -c "import secrets; print(secrets.token_hex(32))"'
             )
         return from_env.encode()
-    path = _home() / SECRET_FILE
-    if not path.exists():
-        if not create:
-            raise ConfigurationError(
-                f"no history API secret: set {SECRET_ENV} or create {path} "
-                "(groundswell history token AGENT_ID creates it)"
-            )
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # O_EXCL: two processes creating it at once must not end up with two secrets.
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            pass
-        else:
-            with os.fdopen(fd, "w") as handle:
-                handle.write(secrets.token_hex(32))
-    text = path.read_text().strip()
+    path = groundswell_home() / SECRET_FILE
+    try:
+        if not path.exists():
+            if not create:
+                raise ConfigurationError(
+                    f"no history API secret: set {SECRET_ENV} or create {path} "
+                    "(groundswell history token AGENT_ID creates it)"
+                )
+            _create_secret(path)
+        text = path.read_text().strip()
+    except OSError as exc:
+        raise ConfigurationError(
+            f"cannot read the history API secret {str(path)!r}: {exc.strerror or exc}; "
+            f"fix the file or set {SECRET_ENV}"
+        ) from exc
     if len(text) < 16:
-        raise ConfigurationError(f"the history API secret in {path} is too short; delete it")
+        raise ConfigurationError(
+            f"the history API secret in {path} holds {len(text)} characters, fewer than 16; "
+            "write a longer one there (tokens issued with the old one stop working)"
+        )
     return text.encode()
+
+
+def _create_secret(path: FilePath) -> None:
+    """Write a new random secret to ``path`` unless one is there, atomically.
+
+    The secret is written to a private temporary file and then linked into
+    place, so a process racing this one finds either no file or a whole one.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".secret-")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(secrets.token_hex(32))
+        with contextlib.suppress(FileExistsError):  # another process won: keep theirs
+            os.link(temporary, path)
+    finally:
+        os.unlink(temporary)
 
 
 def _b64(data: bytes) -> str:
@@ -123,17 +140,51 @@ def agent_for_token(token: str, secret: bytes) -> str | None:
     return agent_id if hmac.compare_digest(mac, _mac(secret, agent_id)) else None
 
 
-def _emit(record: dict[str, Any]) -> None:
-    """Send one ``introspection.query`` event to the event sinks, as a one-node run."""
-    try:
-        tree = new_run_tree()
-        if tree._dispatch is None:  # no sinks: nothing would see it
-            return
-        node = tree.start_node(NodeType.WORKFLOW, "history-api")
-        tree.add_event(node, "introspection.query", **record)
-        tree.end_node(node, NodeStatus.COMPLETED)
-    except Exception:  # a broken sink never breaks a query
-        logger.exception("introspection.query event could not be emitted")
+class QueryEvents:
+    """Sends ``introspection.query`` events to the event sinks.
+
+    The events go on the root of a ``history-api`` run, and a new run starts
+    each ``window`` seconds or ``per_run`` queries. Sinks that keep a file
+    or a trace per run then see batches of queries instead of one run per
+    query, and no run grows without end in a long-lived server.
+    """
+
+    def __init__(self, window: float = 60.0, per_run: int = 100) -> None:
+        self.window, self.per_run = window, per_run
+        self._lock = threading.Lock()
+        self._run: tuple[Any, Any] | None = None
+        self._started = 0.0
+        self._count = 0
+
+    def emit(self, record: dict[str, Any]) -> None:
+        """Send one query's record; a failing sink never fails the query."""
+        try:
+            with self._lock:
+                now = time.monotonic()
+                if self._run and (now - self._started > self.window or self._count >= self.per_run):
+                    self._end()
+                if self._run is None:
+                    tree = new_run_tree()
+                    if tree._dispatch is None:  # no sinks: nobody would see it
+                        return
+                    self._run = (tree, tree.start_node(NodeType.WORKFLOW, "history-api"))
+                    self._started, self._count = now, 0
+                tree, node = self._run
+                tree.add_event(node, "introspection.query", **record)
+                self._count += 1
+        except Exception:
+            logger.exception("introspection.query event could not be emitted")
+
+    def close(self) -> None:
+        """End the current run (the server is stopping)."""
+        with self._lock:
+            self._end()
+
+    def _end(self) -> None:
+        if self._run is not None:
+            tree, node = self._run
+            self._run = None
+            tree.end_node(node, NodeStatus.COMPLETED)
 
 
 class Iteration(BaseModel):
@@ -201,6 +252,12 @@ def create_app(store: HistoryStore | str | None = None, *, secret: bytes | None 
     """The introspection API over ``store`` (a store, a SQLAlchemy URL, or the default store)."""
     chosen = store if isinstance(store, HistoryStore) else HistoryStore(store or default_url())
     key = load_secret() if secret is None else secret
+    events = QueryEvents()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        events.close()
 
     app = FastAPI(
         title="Groundswell history introspection API",
@@ -210,36 +267,42 @@ def create_app(store: HistoryStore | str | None = None, *, secret: bytes | None 
             "needs the agent's bearer token (`groundswell history token AGENT_ID`); an "
             "agent can read only its own sessions."
         ),
+        lifespan=lifespan,
     )
     app.state.store = chosen
+    app.state.events = events
     bearer = HTTPBearer(auto_error=False, description="the agent's token")
 
-    def known_parameters(request: Request) -> None:
-        # A misspelt parameter (?limt=5) would otherwise be ignored without a word.
-        unknown = [name for name in request.query_params if name not in QUERY_PARAMETERS]
-        if unknown:
-            raise RequestValidationError(
-                [
-                    {
-                        "type": "extra_forbidden",
-                        "loc": ("query", name),
-                        "msg": f"unknown parameter; use {', '.join(QUERY_PARAMETERS)}",
-                        "input": request.query_params.get(name),
-                    }
-                    for name in unknown
-                ]
-            )
+    def record_query(record: dict[str, Any]) -> None:
+        status = record.get("status")
+        logger.info(
+            "introspection query %s: %s", "answered" if status == 200 else "refused", record
+        )
+        events.emit(record)
 
-    def refuse(status: int, message: str, record: dict[str, Any]) -> HTTPException:
+    def refusal(status: int, message: str, record: dict[str, Any]) -> JSONResponse:
         record.update(status=status, error=message)
-        logger.info("introspection query refused: %s", record)
-        _emit(record)
+        record_query(record)
         headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-        return HTTPException(status_code=status, detail=message, headers=headers)
+        return JSONResponse(
+            status_code=status, content={"detail": message, "message": message}, headers=headers
+        )
 
-    @app.exception_handler(RequestValidationError)
-    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = jsonable_encoder(exc.errors(), custom_encoder={Exception: str})
+    def unknown_parameters(request: Request) -> list[dict[str, Any]]:
+        # A misspelt parameter (?limt=5) would otherwise be ignored without a word.
+        known = app.state.query_parameters
+        return [
+            {
+                "type": "extra_forbidden",
+                "loc": ["query", name],
+                "msg": f"unknown parameter; use {', '.join(known)}",
+                "input": request.query_params.get(name),
+            }
+            for name in dict.fromkeys(request.query_params)
+            if name not in known
+        ]
+
+    def invalid(request: Request, errors: list[dict[str, Any]]) -> JSONResponse:
         parts = []
         for error in errors:
             where = ".".join(str(p) for p in error.get("loc", ())[1:]) or "request"
@@ -247,21 +310,43 @@ def create_app(store: HistoryStore | str | None = None, *, secret: bytes | None 
             shown = "" if given is None or isinstance(given, dict) else f" (got {given!r})"
             parts.append(f"{where}: {error.get('msg')}{shown}")
         message = "; ".join(parts) or "invalid request"
-        record = {"path": request.url.path, "status": 422, "error": message}
-        logger.info("introspection query refused: %s", record)
-        _emit(record)
+        record_query(
+            {
+                "agent_id": request.path_params.get("agent_id"),
+                "path": request.url.path,
+                "status": 422,
+                "error": message,
+            }
+        )
         return JSONResponse(status_code=422, content={"detail": errors, "message": message})
 
-    @app.get("/api/health", summary="Is the API up, and which store does it read?")
-    def health() -> dict[str, Any]:
-        return {"status": "ok", "schema_version": SCHEMA_VERSION, "store": _safe_url(chosen.url)}
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = jsonable_encoder(exc.errors(), custom_encoder={Exception: str})
+        if request.url.path.startswith("/api/introspection/"):
+            errors += unknown_parameters(request)
+        return invalid(request, errors)
 
     @app.get(
-        "/api/introspection/{agent_id}",
+        "/api/health",
+        summary="Is the API up, and can it read its store?",
+        responses={503: {"model": Problem, "description": "the store cannot be reached"}},
+    )
+    def health() -> Any:
+        try:
+            chosen.ping()
+        except Exception as exc:
+            logger.warning("history store error: %s: %s", type(exc).__name__, exc)
+            message = "the history store cannot be reached"
+            return JSONResponse(status_code=503, content={"detail": message, "message": message})
+        return {"status": "ok", "schema_version": SCHEMA_VERSION}
+
+    @app.get(
+        # :path, so agent names with "/" in them work (escaped or not).
+        "/api/introspection/{agent_id:path}",
         response_model=IntrospectionResponse,
         # Sessions carry "iterations" only when asked for.
         response_model_exclude_unset=True,
-        dependencies=[Depends(known_parameters)],
         summary="An agent's own past sessions, most relevant first",
         responses={
             401: {"model": Problem, "description": "no token, or not a valid token"},
@@ -271,14 +356,10 @@ def create_app(store: HistoryStore | str | None = None, *, secret: bytes | None 
         },
     )
     def introspection(
+        request: Request,
         agent_id: Annotated[
             str,
-            Path(
-                min_length=1,
-                max_length=200,
-                pattern=AGENT_ID_PATTERN,
-                description="the agent's name",
-            ),
+            Path(min_length=1, pattern=AGENT_ID_PATTERN, description="the agent's name"),
         ],
         task_signature: Annotated[
             str | None,
@@ -296,8 +377,11 @@ def create_app(store: HistoryStore | str | None = None, *, secret: bytes | None 
         ] = False,
         include_failures: Annotated[bool, Query(description="include failed sessions")] = True,
         credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)] = None,
-    ) -> dict[str, Any]:
+    ) -> Any:
         started = time.perf_counter()
+        unknown = unknown_parameters(request)
+        if unknown:
+            return invalid(request, unknown)
         query = {
             "task_signature": task_signature,
             "limit": limit,
@@ -307,15 +391,21 @@ def create_app(store: HistoryStore | str | None = None, *, secret: bytes | None 
         }
         record: dict[str, Any] = {"agent_id": agent_id, "query": query}
         if credentials is None:
-            raise refuse(401, "missing bearer token: send Authorization: Bearer <token>", record)
+            given = request.headers.get("authorization")
+            message = (
+                "Authorization must use the Bearer scheme: Authorization: Bearer <token>"
+                if given
+                else "missing bearer token: send Authorization: Bearer <token>"
+            )
+            return refusal(401, message, record)
         caller = agent_for_token(credentials.credentials, key)
         if caller is None:
-            raise refuse(
+            return refusal(
                 401, "invalid token: issue one with `groundswell history token AGENT_ID`", record
             )
         record["caller"] = caller
         if caller != agent_id:
-            raise refuse(
+            return refusal(
                 403,
                 f"this token belongs to agent {caller!r}; an agent can read only its own sessions",
                 record,
@@ -329,15 +419,21 @@ def create_app(store: HistoryStore | str | None = None, *, secret: bytes | None 
                 include_iterations=include_iterations,
                 include_failures=include_failures,
             )
-        except Exception as exc:  # the database is down or unreachable
+        except (
+            StoreUnavailable,
+            sqlalchemy.exc.OperationalError,
+            sqlalchemy.exc.InterfaceError,
+        ) as exc:
             logger.warning("history store error: %s: %s", type(exc).__name__, exc)
-            raise refuse(503, "the history store cannot be reached; try again", record) from None
+            return refusal(503, "the history store cannot be reached; try again", record)
         sessions = [{**s.to_dict(), "relevance": round(score, 6)} for s, score in ranked]
         record.update(
             status=200, count=len(sessions), ms=round((time.perf_counter() - started) * 1000, 2)
         )
-        logger.info("introspection query: %s", record)
-        _emit(record)
+        record_query(record)
         return {"agent_id": agent_id, "query": query, "count": len(sessions), "sessions": sessions}
 
+    route = next(r for r in app.routes if getattr(r, "name", "") == "introspection")
+    # The parameters the endpoint declares, so the unknown-parameter check cannot drift.
+    app.state.query_parameters = tuple(p.alias for p in route.dependant.query_params)  # type: ignore[attr-defined]
     return app

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import logging
+import socket
 import sys
 from typing import Any
 
@@ -21,7 +23,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "else ~/.groundswell/history.db)",
     )
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
-    serve.add_argument("--port", type=int, default=8765, help="port to listen on (8765)")
+    serve.add_argument("--port", type=_port, default=8765, help="port to listen on (8765)")
     serve.add_argument(
         "--log-level",
         default="info",
@@ -34,14 +36,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
     token.set_defaults(func=_token)
 
 
-def _api() -> Any:
+def _port(text: str) -> int:
     try:
-        from . import api
-    except ImportError as exc:
-        raise ConfigurationError(
-            f'the history API is not installed ({exc}): pip install "groundswell[history]"'
-        ) from None
-    return api
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 < port < 65536:
+        raise argparse.ArgumentTypeError(f"a port is 1 to 65535, got {port}")
+    return port
+
+
+def _api() -> Any:
+    from . import load_api
+
+    return load_api()
 
 
 def _token(args: argparse.Namespace) -> int:
@@ -60,11 +68,26 @@ def _serve(args: argparse.Namespace) -> int:
         raise ConfigurationError(
             'serving needs uvicorn: pip install "groundswell[history]"'
         ) from None
-    from .store import _safe_url
+    from .store import safe_url
 
+    # Fail with one clear line when the address is taken, before loading anything.
+    try:
+        with socket.create_server((args.host, args.port)):
+            pass
+    except OSError as exc:
+        raise ConfigurationError(
+            f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc} "
+            "(is another server using the port? choose one with --port)"
+        ) from None
     app = api.create_app(args.url)
+    # The query log goes where uvicorn's own log goes: stderr, at the chosen level.
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(levelname)s:     %(name)s: %(message)s"))
+    history_logger = logging.getLogger("groundswell.history")
+    history_logger.addHandler(handler)
+    history_logger.setLevel(args.log_level.upper())
     print(
-        f"history API on http://{args.host}:{args.port} (store {_safe_url(app.state.store.url)}); "
+        f"history API on http://{args.host}:{args.port} (store {safe_url(app.state.store.url)}); "
         "OpenAPI at /openapi.json",
         file=sys.stderr,
         flush=True,

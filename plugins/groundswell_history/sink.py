@@ -25,7 +25,7 @@ from typing import Any
 
 from groundswell import Event
 
-from .store import HistoryStore, default_url
+from .store import HistoryStore, default_url, safe_url
 
 __all__ = ["MAX_PENDING", "HistorySink", "set_task"]
 
@@ -238,29 +238,60 @@ class HistorySink:
             return
         try:
             self.store.write_batch(batch)
-        except Exception as exc:  # an outage: keep the batch, say so once, go on
-            self.failures += 1
-            self.last_error = f"{type(exc).__name__}: {exc}"
-            if not self._outage:
-                self._outage = True
-                logger.warning(
-                    "session history: cannot write to %s (%s); %d operations kept to retry",
-                    self.store_label(),
-                    self.last_error,
-                    len(batch),
-                )
+        except Exception as exc:
+            if _bad_data(exc):
+                # One operation the database refuses (say, a value too odd for
+                # it) must not hold back every session after it: write them one
+                # at a time and drop only what is refused.
+                self._write_each(batch)
+            else:
+                self._outage_seen(exc, len(batch))
             return
+        self._written(len(batch))
+
+    def _write_each(self, batch: list[tuple[str, dict[str, Any]]]) -> None:
+        done = 0
+        for operation in batch:
+            try:
+                self.store.write_batch([operation])
+            except Exception as exc:
+                if not _bad_data(exc):
+                    self._outage_seen(exc, len(batch) - done)
+                    break
+                self.dropped += 1
+                logger.warning(
+                    "session history: %s refused %s (%s: %s); dropped",
+                    self.store_label(),
+                    operation[0],
+                    type(exc).__name__,
+                    str(exc).splitlines()[0] if str(exc) else "",
+                )
+            done += 1
+        self._written(done)
+
+    def _outage_seen(self, exc: BaseException, kept: int) -> None:
+        self.failures += 1
+        self.last_error = f"{type(exc).__name__}: {exc}"
+        if not self._outage:
+            self._outage = True
+            logger.warning(
+                "session history: cannot write to %s (%s); %d operations kept to retry",
+                self.store_label(),
+                self.last_error,
+                kept,
+            )
+
+    def _written(self, count: int) -> None:
         with self._lock:
-            for _ in batch:
+            for _ in range(count):
                 self._pending.popleft()
-        if self._outage:
+        if self._outage and count:
             self._outage = False
             logger.warning("session history: writing to %s again", self.store_label())
 
     def store_label(self) -> str:
-        from .store import _safe_url
-
-        return _safe_url(self.url)
+        """The store's URL without its password."""
+        return safe_url(self.url)
 
     @property
     def pending(self) -> int:
@@ -279,3 +310,12 @@ class HistorySink:
             )
         if self._store is not None:
             self._store.close()
+
+
+def _bad_data(exc: BaseException) -> bool:
+    """Whether the database refused the data itself (as opposed to being unreachable)."""
+    try:
+        from sqlalchemy import exc as sa_exc
+    except ImportError:
+        return False
+    return isinstance(exc, sa_exc.DataError | sa_exc.IntegrityError | ValueError | TypeError)

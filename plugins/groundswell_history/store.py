@@ -26,11 +26,20 @@ from pathlib import Path
 from typing import Any, Literal
 
 import groundswell
-from groundswell import ConfigurationError
+from groundswell import ConfigurationError, GroundswellError
 
 from .relevance import scorer
 
-__all__ = ["MEMORY_KINDS", "HistoryStore", "Memory", "Session", "default_url"]
+__all__ = [
+    "MEMORY_KINDS",
+    "HistoryStore",
+    "Memory",
+    "Session",
+    "StoreUnavailable",
+    "default_url",
+    "groundswell_home",
+    "safe_url",
+]
 
 SCHEMA_VERSION = 1
 MEMORY_KINDS = ("context", "learning", "preference", "error_pattern", "success_pattern")
@@ -41,15 +50,23 @@ REDACTED = "**********"
 # "api_key: ..." and the like (the name is kept so the text still reads).
 _SECRET_TEXT = re.compile(
     r"sk-ant-[A-Za-z0-9_\-]{8,}"
+    r"|sk-(?:proj-|svcacct-)?[A-Za-z0-9_\-]{20,}"
     r"|(?:sk|pk|rk)_(?:live|test)_[A-Za-z0-9]{8,}"
     r"|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}"
-    r"|xox[abprs]-[A-Za-z0-9\-]{10,}|AKIA[0-9A-Z]{16}"
-    r"|(?i:bearer\s+)[A-Za-z0-9._\-]{12,}"
+    r"|glpat-[A-Za-z0-9_\-]{16,}|xox[abprs]-[A-Za-z0-9\-]{10,}|AKIA[0-9A-Z]{16}"
+    r"|AIza[0-9A-Za-z_\-]{35}"
+    r"|(?i:bearer\s+)[A-Za-z0-9._\-]{12,}|(?i:basic\s+)[A-Za-z0-9+/=]{8,}"
 )
+# name=value where the name says it holds a secret, as a word or part of one
+# (DB_PASSWORD=, OPENAI_API_KEY=, "client_secret": ...).
 _SECRET_ASSIGNMENT = re.compile(
-    r"(?i)\b((?:api[_-]?key|access[_-]?key|secret(?:[_-]?key)?|token|password|passwd|pwd"
-    r"|credentials?|private[_-]?key)[\"']?\s*[:=]\s*[\"']?)([^\s\"',;}]{4,})"
+    r"(?i)((?:[A-Za-z0-9]+[_\-.])*(?:api[_\-]?key|access[_\-]?key|secret(?:[_\-]?key)?|token"
+    r"|password|passwd|pwd|credentials?|private[_\-]?key|auth(?:orization)?)"
+    r"(?:[_\-.][A-Za-z0-9]+)*[\"']?\s*[:=]\s*"
+    r"[\"']?)([^\s\"',;}]{4,})"
 )
+# user:password@ in URLs (postgresql://admin:S3cret@db/app).
+_URL_PASSWORD = re.compile(r"(\b[a-z][a-z0-9+.\-]*://[^:/@\s]+:)[^@\s/]+@", re.IGNORECASE)
 SUMMARY_CHARS = 2_000
 
 
@@ -63,13 +80,21 @@ def _sqlalchemy() -> Any:
     return sqlalchemy
 
 
+class StoreUnavailable(GroundswellError):
+    """The history store's database cannot be reached (down, refusing, or not there)."""
+
+
+def groundswell_home() -> Path:
+    """``GROUNDSWELL_HOME``, else ``~/.groundswell``: where the default store and secret live."""
+    return Path(os.environ.get("GROUNDSWELL_HOME") or Path.home() / ".groundswell")
+
+
 def default_url() -> str:
-    """``GROUNDSWELL_HISTORY_URL``, else a SQLite file in ``GROUNDSWELL_HOME`` (``~/.groundswell``)."""
+    """``GROUNDSWELL_HISTORY_URL``, else a SQLite file in :func:`groundswell_home`."""
     url = os.environ.get("GROUNDSWELL_HISTORY_URL")
     if url:
         return url
-    home = Path(os.environ.get("GROUNDSWELL_HOME") or Path.home() / ".groundswell")
-    return f"sqlite:///{home / 'history.db'}"
+    return f"sqlite:///{groundswell_home() / 'history.db'}"
 
 
 def clean(value: Any) -> Any:
@@ -78,9 +103,19 @@ def clean(value: Any) -> Any:
 
 
 def scrub(text: str) -> str:
-    """``text`` with secret-looking values (keys, tokens, ``password=...``) replaced."""
-    text = _SECRET_TEXT.sub(REDACTED, text)
-    return _SECRET_ASSIGNMENT.sub(lambda m: m.group(1) + REDACTED, text)
+    """``text`` with secret-looking values (keys, tokens, ``password=...``) replaced,
+    and NUL characters removed (PostgreSQL cannot store them)."""
+    text = _SECRET_TEXT.sub(REDACTED, text.replace("\x00", ""))
+    text = _URL_PASSWORD.sub(lambda m: f"{m.group(1)}{REDACTED}@", text)
+    return _SECRET_ASSIGNMENT.sub(_redact_assignment, text)
+
+
+def _redact_assignment(match: re.Match[str]) -> str:
+    name, value = match.group(1), match.group(2)
+    # "input_token_count: 1234" is usage, not a credential; a numeric password is not.
+    if "token" in name.lower() and value.replace(".", "").isdigit():
+        return match.group(0)
+    return name + REDACTED
 
 
 def _strings(value: Any) -> Any:
@@ -151,17 +186,28 @@ class HistoryStore:
         sa = _sqlalchemy()
         self.url = url or default_url()
         if self.url.startswith("sqlite:///") and not self.url.startswith("sqlite:///:memory:"):
-            Path(self.url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+            folder = Path(self.url.removeprefix("sqlite:///")).parent
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise ConfigurationError(
+                    f"history store: cannot create the folder {str(folder)!r} for "
+                    f"{safe_url(self.url)!r}: {exc.strerror or exc}"
+                ) from exc
         try:
             options: dict[str, Any] = {"echo": echo, "future": True}
             if self.url.startswith("sqlite"):
                 options["connect_args"] = {"timeout": 30}
             else:
                 options["pool_pre_ping"] = True
+                if self.url.startswith("postgresql"):
+                    # An unreachable server must fail a query in seconds, not hang
+                    # a prompt that only wanted its history.
+                    options["connect_args"] = {"connect_timeout": 10}
             self.engine = sa.create_engine(self.url, **options)
         except Exception as exc:  # a malformed URL, an unknown dialect or driver
             raise ConfigurationError(
-                f"history store: cannot use {_safe_url(self.url)!r}: {exc}"
+                f"history store: cannot use {safe_url(self.url)!r}: {exc}"
             ) from exc
         if self.engine.dialect.name == "sqlite":
             sa.event.listen(self.engine, "connect", _sqlite_pragmas)
@@ -169,6 +215,17 @@ class HistoryStore:
         # The connection write_batch() is using, per thread, so the public write
         # methods join its transaction instead of opening their own.
         self._batch = threading.local()
+        try:
+            # Connect once before migrating, so an unreachable server fails fast
+            # instead of going through migrate()'s retry.
+            with self.engine.connect():
+                pass
+        except sa.exc.DBAPIError as exc:  # the server is down, refuses us, or is not there
+            self.engine.dispose()
+            reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+            raise StoreUnavailable(
+                f"history store at {safe_url(self.url)!r} cannot be reached: {reason}"
+            ) from exc
         self.migrate()
 
     # -- schema -------------------------------------------------------------------------
@@ -194,7 +251,7 @@ class HistoryStore:
             found = int(row[0]) if row else 0
             if found > SCHEMA_VERSION:
                 raise ConfigurationError(
-                    f"history store at {_safe_url(self.url)!r} has schema version {found}, newer "
+                    f"history store at {safe_url(self.url)!r} has schema version {found}, newer "
                     f"than this groundswell understands ({SCHEMA_VERSION}); upgrade groundswell"
                 )
             # Version 1 is the first schema: there is nothing older to convert yet.
@@ -207,6 +264,12 @@ class HistoryStore:
                     .values(value=str(SCHEMA_VERSION))
                 )
         return SCHEMA_VERSION
+
+    def ping(self) -> None:
+        """Run a trivial query; raises when the database cannot be reached."""
+        sa = _sqlalchemy()
+        with self.engine.connect() as conn:
+            conn.execute(sa.text("SELECT 1"))
 
     def close(self) -> None:
         """Release the database connections."""
@@ -627,7 +690,7 @@ class HistoryStore:
             )
 
     def __repr__(self) -> str:
-        return f"HistoryStore({_safe_url(self.url)!r})"
+        return f"HistoryStore({safe_url(self.url)!r})"
 
     def __enter__(self) -> HistoryStore:
         return self
@@ -640,8 +703,8 @@ def _digest(text: str) -> str:
     return hashlib.sha256(text.strip().encode()).hexdigest()[:16]
 
 
-def _safe_url(url: str) -> str:
-    """The URL without its password."""
+def safe_url(url: str) -> str:
+    """The URL without its password (for messages and logs)."""
     return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
 
 
@@ -667,14 +730,14 @@ def _tables(sa: Any) -> tuple[Any, Any, Any, Any, Any]:
         "gs_sessions",
         meta,
         sa.Column("id", sa.String(64), primary_key=True),
-        sa.Column("agent_id", sa.String(200), nullable=False, index=True),
+        sa.Column("agent_id", sa.Text, nullable=False, index=True),
         sa.Column("status", sa.String(16), nullable=False),
         sa.Column("started_at", sa.Float, nullable=False),
         sa.Column("ended_at", sa.Float),
-        sa.Column("task_id", sa.String(200)),
+        sa.Column("task_id", sa.Text),
         sa.Column("task_signature", sa.String(64), index=True),
         sa.Column("title", sa.Text),
-        sa.Column("category", sa.String(200)),
+        sa.Column("category", sa.Text),
         sa.Column("file_patterns", sa.Text, nullable=False, default="[]"),
         sa.Column("metadata", sa.Text, nullable=False, default="{}"),
         sa.Column("output_summary", sa.Text),
@@ -694,7 +757,7 @@ def _tables(sa: Any) -> tuple[Any, Any, Any, Any, Any]:
         ),
         sa.Column("seq", sa.Integer, nullable=False),
         sa.Column("kind", sa.String(32), nullable=False),
-        sa.Column("name", sa.String(200), nullable=False, default=""),
+        sa.Column("name", sa.Text, nullable=False, default=""),
         sa.Column("status", sa.String(16), nullable=False),
         sa.Column("input_summary", sa.Text),
         sa.Column("output_summary", sa.Text),
@@ -706,8 +769,8 @@ def _tables(sa: Any) -> tuple[Any, Any, Any, Any, Any]:
     memories = sa.Table(
         "gs_memories",
         meta,
-        sa.Column("agent_id", sa.String(200), primary_key=True),
-        sa.Column("key", sa.String(200), primary_key=True),
+        sa.Column("agent_id", sa.Text, primary_key=True),
+        sa.Column("key", sa.Text, primary_key=True),
         sa.Column("content", sa.Text, nullable=False),
         sa.Column("kind", sa.String(32), nullable=False),
         sa.Column("importance", sa.Float, nullable=False),
