@@ -370,7 +370,10 @@ def create_app(store: HistoryStore | str | None = None, *, secret: bytes | None 
         ] = None,
         limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="most sessions")] = 10,
         min_relevance: Annotated[
-            float, Query(ge=0.0, le=1.0, description="leave out sessions scoring less")
+            float,
+            Query(
+                ge=0.0, le=1.0, allow_inf_nan=False, description="leave out sessions scoring less"
+            ),
         ] = 0.5,
         include_iterations: Annotated[
             bool, Query(description="include each session's model turns and tool calls")
