@@ -93,7 +93,11 @@ def make_distribution(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callab
 
 
 def _service_missing(what: str, url: str, error: BaseException) -> None:
-    message = f"{what} not reachable at {url} ({type(error).__name__}: {error})"
+    service_unavailable(f"{what} not reachable at {url} ({type(error).__name__}: {error})")
+
+
+def service_unavailable(message: str) -> None:
+    """Skip the test (fail it under ``GROUNDSWELL_REQUIRE_SERVICES=1``, as in CI)."""
     if os.environ.get("GROUNDSWELL_REQUIRE_SERVICES") == "1":
         pytest.fail(f"{message}; GROUNDSWELL_REQUIRE_SERVICES=1 makes it mandatory")
     pytest.skip(message)
@@ -164,29 +168,20 @@ def _empty_store(store: Any) -> None:
             conn.execute(table.delete())
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture
 def recording_store(
-    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    history_store: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[Any]:
-    """The store the history sink records into and the history plugin reads, fresh for
-    this test: the default SQLite file (``GROUNDSWELL_HOME``), or the real PostgreSQL
-    through ``GROUNDSWELL_HISTORY_URL`` (which also records every agent)."""
-    from groundswell_history import HistoryStore
-
+    """``history_store`` as the store the history sink records into and the history
+    plugin reads: on SQLite it is the default file (``GROUNDSWELL_HOME`` points at its
+    folder); on PostgreSQL it is ``GROUNDSWELL_HISTORY_URL`` (which records every agent)."""
     monkeypatch.delenv("GROUNDSWELL_HISTORY_URL", raising=False)
-    monkeypatch.setenv("GROUNDSWELL_HOME", str(tmp_path / "home"))
-    if request.param == "sqlite":
-        store = HistoryStore(f"sqlite:///{tmp_path / 'home' / 'history.db'}")
-    else:
-        store = HistoryStore(request.getfixturevalue("postgres_url"))
-        _empty_store(store)
-        monkeypatch.setenv("GROUNDSWELL_HISTORY_URL", store.url)
+    monkeypatch.setenv("GROUNDSWELL_HOME", str(tmp_path))
+    if history_store.engine.dialect.name != "sqlite":
+        monkeypatch.setenv("GROUNDSWELL_HISTORY_URL", history_store.url)
     manager = groundswell.get_plugin_manager()
     manager.refresh_sinks("history")
-    yield store
+    yield history_store
     monkeypatch.delenv("GROUNDSWELL_HISTORY_URL", raising=False)
     monkeypatch.delenv("GROUNDSWELL_HOME")
     manager.refresh_sinks("history")
-    if request.param == "postgresql":
-        _empty_store(store)
-    store.close()

@@ -17,6 +17,8 @@ from groundswell_redis import RedisCache
 from groundswell import Agent, get_cache
 from groundswell.testing import FakeAnthropicAPI, text
 
+from .conftest import service_unavailable
+
 
 @pytest.fixture
 async def cache(redis_server_url: str, redis_prefix: str):  # type: ignore[no-untyped-def]
@@ -87,11 +89,7 @@ def free_port() -> int:
 def private_redis(tmp_path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:  # type: ignore[no-untyped-def]
     binary = shutil.which("redis-server")
     if binary is None:
-        if os.environ.get("GROUNDSWELL_REQUIRE_SERVICES") == "1":
-            pytest.fail(
-                "redis-server is not installed; GROUNDSWELL_REQUIRE_SERVICES=1 makes it mandatory"
-            )
-        pytest.skip("redis-server is not installed")
+        service_unavailable("redis-server is not installed")
     port = free_port()
     proc = subprocess.Popen(
         [

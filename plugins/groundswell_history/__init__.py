@@ -36,14 +36,14 @@ from groundswell import (
     hookimpl,
 )
 
-if TYPE_CHECKING:
-    from fastapi import FastAPI
-
 from .injection import build_agent_prompt, provide
 from .relevance import TaskSignature, relevance, task_signature
 from .sink import HistorySink, set_task
 from .store import MEMORY_KINDS, HistoryStore, Memory, Session, StoreUnavailable, default_url
 from .tools import shared_store, toolset
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
 
 __all__ = [
     "MEMORY_KINDS",

@@ -248,6 +248,14 @@ class Problem(BaseModel):
     message: str | None = None
 
 
+def _problem(status: int, message: str) -> JSONResponse:
+    """A refusal in the shape :class:`Problem` documents."""
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return JSONResponse(
+        status_code=status, content={"detail": message, "message": message}, headers=headers
+    )
+
+
 def create_app(store: HistoryStore | str | None = None, *, secret: bytes | None = None) -> FastAPI:
     """The introspection API over ``store`` (a store, a SQLAlchemy URL, or the default store)."""
     chosen = store if isinstance(store, HistoryStore) else HistoryStore(store or default_url())
@@ -283,10 +291,7 @@ def create_app(store: HistoryStore | str | None = None, *, secret: bytes | None 
     def refusal(status: int, message: str, record: dict[str, Any]) -> JSONResponse:
         record.update(status=status, error=message)
         record_query(record)
-        headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-        return JSONResponse(
-            status_code=status, content={"detail": message, "message": message}, headers=headers
-        )
+        return _problem(status, message)
 
     def unknown_parameters(request: Request) -> list[dict[str, Any]]:
         # A misspelt parameter (?limt=5) would otherwise be ignored without a word.
@@ -337,8 +342,7 @@ def create_app(store: HistoryStore | str | None = None, *, secret: bytes | None 
             chosen.ping()
         except Exception as exc:
             logger.warning("history store error: %s: %s", type(exc).__name__, exc)
-            message = "the history store cannot be reached"
-            return JSONResponse(status_code=503, content={"detail": message, "message": message})
+            return _problem(503, "the history store cannot be reached")
         return {"status": "ok", "schema_version": SCHEMA_VERSION}
 
     @app.get(

@@ -6,9 +6,11 @@ import argparse
 import logging
 import socket
 import sys
-from typing import Any
 
 from groundswell import ConfigurationError
+
+from . import load_api
+from .store import safe_url
 
 __all__ = ["configure"]
 
@@ -46,14 +48,8 @@ def _port(text: str) -> int:
     return port
 
 
-def _api() -> Any:
-    from . import load_api
-
-    return load_api()
-
-
 def _token(args: argparse.Namespace) -> int:
-    api = _api()
+    api = load_api()
     if not args.agent_id.strip():
         raise ConfigurationError("AGENT_ID must not be empty")
     print(api.issue_token(args.agent_id))
@@ -61,15 +57,13 @@ def _token(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    api = _api()
+    api = load_api()
     try:
         import uvicorn
     except ImportError:
         raise ConfigurationError(
             'serving needs uvicorn: pip install "groundswell[history]"'
         ) from None
-    from .store import safe_url
-
     # Fail with one clear line when the address is taken, before loading anything.
     try:
         with socket.create_server((args.host, args.port)):

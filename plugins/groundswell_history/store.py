@@ -216,10 +216,9 @@ class HistoryStore:
         # methods join its transaction instead of opening their own.
         self._batch = threading.local()
         try:
-            # Connect once before migrating, so an unreachable server fails fast
-            # instead of going through migrate()'s retry.
-            with self.engine.connect():
-                pass
+            # Reach the server once before migrating, so an unreachable one fails
+            # fast instead of going through migrate()'s retry.
+            self.ping()
         except sa.exc.DBAPIError as exc:  # the server is down, refuses us, or is not there
             self.engine.dispose()
             reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from groundswell import Tool, ToolContext
+from groundswell import NodeType, Tool, ToolContext, current_tree
 
 from .relevance import task_signature
 from .store import HistoryStore, default_url
@@ -63,6 +63,7 @@ def toolset(store: HistoryStore | None = None) -> list[Tool]:
         ranked = await asyncio.to_thread(
             chosen.relevant_sessions,
             context.agent,
+            exclude=_running_sessions(context),
             task_signature=signature,
             limit=limit,
             min_relevance=min_relevance,
@@ -97,6 +98,14 @@ def toolset(store: HistoryStore | None = None) -> list[Tool]:
         return {"agent_id": context.agent, "count": len(sessions), "sessions": sessions}
 
     return [Tool(query_past_sessions, toolset="history")]
+
+
+def _running_sessions(context: ToolContext) -> list[str]:
+    """The prompts this tool call runs inside: the session asking is not its own past."""
+    tree = current_tree()
+    if tree is None or context.node_id is None:
+        return []
+    return [n.id for n in tree.get_ancestors(context.node_id) if n.type == NodeType.PROMPT]
 
 
 def _short(text: str | None) -> str | None:
