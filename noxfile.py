@@ -1,8 +1,9 @@
-"""Every chore in one place: ``nox -s tests lint typing examples docs bench``."""
+"""Every chore in one place: ``nox -s tests lint typing examples wheel docs bench``."""
 
 from __future__ import annotations
 
 import glob
+from pathlib import Path
 
 import nox
 
@@ -11,6 +12,7 @@ nox.options.sessions = ["tests", "lint", "typing", "examples"]
 nox.options.reuse_existing_virtualenvs = True
 
 PYTHONS = ["3.11", "3.12", "3.13"]
+HERE = Path(__file__).resolve().parent
 
 
 @nox.session(python=PYTHONS)
@@ -41,6 +43,20 @@ def examples(session: nox.Session) -> None:
     session.install("-e", ".")
     for path in sorted(glob.glob("examples/[0-9][0-9]_*.py")):
         session.run("python", path)
+
+
+@nox.session(python="3.11", reuse_venv=False)
+def wheel(session: nox.Session) -> None:
+    """Build the wheel, install it in a fresh venv (not editable) and follow the README."""
+    tmp = Path(session.create_tmp()).resolve()
+    dist = tmp / "dist"
+    session.run("python", "-m", "pip", "wheel", "--no-deps", "-w", str(dist), ".")
+    (built,) = dist.glob("groundswell-*.whl")
+    session.install(str(built))
+    checker = str(HERE / "tests" / "readme_check.py")
+    readme = str(HERE / "README.md")
+    session.chdir(str(tmp))  # away from the checkout, so nothing is imported from it
+    session.run("python", checker, readme, env={"ANTHROPIC_API_KEY": ""})
 
 
 @nox.session(python="3.11")

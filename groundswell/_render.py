@@ -1,6 +1,6 @@
 """Drawing event trees with ``rich``: the lines of ``render()``, in colour on a terminal.
 
-Only the CLI and :meth:`EventTree.print` import this module, so ``import
+Only the CLI and `EventTree.print` import this module, so ``import
 groundswell`` and running workflows never load ``rich``.
 """
 

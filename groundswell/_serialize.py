@@ -1,7 +1,7 @@
 """JSON-safe snapshots of user values, with secrets redacted.
 
 Everything the tree records (payloads, state snapshots, errors) passes through
-:func:`jsonable`, so a tree always serializes and never holds a secret.
+`jsonable`, so a tree always serializes and never holds a secret.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import BaseModel, SecretBytes, SecretStr
 
 REDACTED = "**********"
-# Keys whose values are credentials whatever they hold: redacted by :func:`redact`.
+# Keys whose values are credentials whatever they hold: redacted by `redact`.
 # "token" alone is a credential; "input_tokens" or "max_tokens" are counts.
 SECRET_KEY = re.compile(
     r"(api[_-]?key|secret|token(?!s|_count|izer)|password|passwd|authorization|credential"
@@ -61,7 +61,7 @@ def is_secret_key(name: str) -> bool:
 def redact(value: Any) -> Any:
     """A JSON-safe copy of ``value`` with secrets removed, for anything leaving the process.
 
-    Registered secrets (API keys, ``env`` values, :func:`register_secret`) are
+    Registered secrets (API keys, ``env`` values, `register_secret`) are
     replaced inside every string, and the value under any secret-looking key
     (``api_key``, ``password``, ``authorization``, ``*token*``...) is replaced
     whole. Use it before sending tree data to spans, logs or stores.

@@ -103,7 +103,7 @@ class StreamEvent:
 
 @dataclass
 class PromptResult(Generic[T]):
-    """What :meth:`Agent.run` returns: the output plus where it sits in the tree."""
+    """What `Agent.run` returns: the output plus where it sits in the tree."""
 
     output: T
     tree: EventTree
@@ -111,7 +111,7 @@ class PromptResult(Generic[T]):
     usage: dict[str, int] = field(default_factory=dict)
     messages: list[dict[str, Any]] = field(default_factory=list)
     turns: int = 0
-    #: Values of the prompt's :class:`~groundswell.Extract` rules, by ``store_as``.
+    #: Values of the prompt's `Extract` rules, by ``store_as``.
     extracted: dict[str, Any] = field(default_factory=dict)
 
 
@@ -156,18 +156,18 @@ class Agent:
     ``top_p``, ``top_k``, ``stop_sequences``, ``metadata``, ``thinking``,
     ``betas``, ``container``, ``service_tier``, ``extra_headers``,
     ``extra_body``), plus ``mcps``, ``skills``, ``hooks``, ``env`` and
-    ``max_turns``. ``token_budget`` (a :class:`~groundswell.TokenBudget`) caps
-    the input of every model turn. ``cache`` (a backend name or a :class:`~groundswell.Cache`)
+    ``max_turns``. ``token_budget`` (a `TokenBudget`) caps
+    the input of every model turn. ``cache`` (a backend name or a `Cache`)
     or ``enable_cache=True`` (the default backend) caches whole answers.
     ``enable_reflection=True`` (or ``reflection=ReflectionConfig(...)``) feeds
     a failed prompt's error back to the model and lets it answer again.
-    ``spawnable`` (name → :class:`~groundswell.Workflow`) and
-    ``prompt_templates`` (name → :class:`~groundswell.PromptTemplate`) are what
+    ``spawnable`` (name → `Workflow`) and
+    ``prompt_templates`` (name → `PromptTemplate`) are what
     the introspection tools may start or build on its behalf.
     ``history=True`` asks the session history plugin (``groundswell_history``)
     to record this agent's sessions. ``context`` lists context providers (by
     name, e.g. ``["history"]``, or callables taking a
-    :class:`~groundswell.ContextRequest`) whose text is added to the system
+    `ContextRequest`) whose text is added to the system
     prompt of every prompt.
     ``client`` is an ``anthropic.AsyncAnthropic`` (one is made from
     ``ANTHROPIC_API_KEY`` when omitted).
@@ -325,15 +325,15 @@ class Agent:
         """Run the prompt to completion and return its validated output.
 
         Returns a ``response_format`` instance, or the text when there is none.
-        Raises :class:`ModelAPIError`, :class:`ResponseValidationError`,
-        :class:`MaxTurnsExceeded`, :class:`ConfigurationError`.
+        Raises `ModelAPIError`, `ResponseValidationError`,
+        `MaxTurnsExceeded`, `ConfigurationError`.
         """
         return (await self.run(prompt, overrides)).output
 
     async def run(
         self, prompt: Prompt[Any] | str, overrides: PromptOverrides | None = None
     ) -> PromptResult[Any]:
-        """Like :meth:`prompt`, but returns a :class:`PromptResult` with the tree and usage."""
+        """Like `prompt`, but returns a `PromptResult` with the tree and usage."""
         return await self._execute(_as_prompt(prompt), overrides or NO_OVERRIDES, None)
 
     async def stream(
@@ -1310,5 +1310,5 @@ def _resolve_tool(item: Any) -> list[Any]:
 
 
 def create_agent(**settings: Any) -> Agent:
-    """Build an :class:`Agent` at run time (inside a tool or step it mounts where it runs)."""
+    """Build an `Agent` at run time (inside a tool or step it mounts where it runs)."""
     return Agent(**settings)

@@ -1,11 +1,11 @@
 """Token budgets: a cap on the input of every model turn, and the strategies that keep to it.
 
-A :class:`TokenBudget` caps the input of every model turn of an agent's loop at
+A `TokenBudget` caps the input of every model turn of an agent's loop at
 ``max_total - reserve_for_output`` tokens. Before each turn the request is
 counted; above ``warning_threshold`` of that limit a ``budget_warning`` event
 is recorded, and above the limit the budget's strategy makes the conversation
 fit (a ``budget`` node records what it did) or raises
-:class:`~groundswell.TokenBudgetExceeded`.
+`TokenBudgetExceeded`.
 
 The conversation of one prompt is the instruction (the first user turn) then
 *turns*: an assistant message with the user message that answers it (its
@@ -13,7 +13,7 @@ tool results, or feedback). Strategies drop or summarize whole turns, so a
 ``tool_use`` never loses its ``tool_result`` and the request always starts
 with the instruction, a user turn.
 
-Requests are counted by a counter of :mod:`groundswell.tokens`.
+Requests are counted by a counter of `groundswell.tokens`.
 """
 
 from __future__ import annotations
@@ -56,11 +56,11 @@ class TokenBudget:
     ``warning_threshold`` is the fraction of the input limit at which a
     ``budget_warning`` event is recorded. ``per_step`` maps step names to the
     budget prompts inside that step use instead. ``summarizer`` (for
-    ``summarize``) is an :class:`~groundswell.Agent` or a model name (``None``:
+    ``summarize``) is an `Agent` or a model name (``None``:
     the calling agent's model). ``keep_last_turns`` is how many recent turns
     ``prune_oldest`` and ``summarize`` always keep. ``counter`` names a
     registered token counter (``None``: ``GROUNDSWELL_TOKEN_COUNTER``, else
-    ``estimate``) or is a :class:`Counter`.
+    ``estimate``) or is a `Counter`.
     """
 
     max_total: int
@@ -483,7 +483,7 @@ class Enforcer:
         self, messages: list[dict[str, Any]], system: Any, tools: Sequence[Mapping[str, Any]]
     ) -> None:
         """Record a warning, or make ``messages`` fit (in place), or raise
-        :class:`~groundswell.TokenBudgetExceeded`."""
+        `TokenBudgetExceeded`."""
         sizes = [self._size(m) for m in messages]
         fixed = _system_tokens(system), _tools_tokens(tools) + self.schema_tokens
         estimate = fixed[0] + fixed[1] + sum(sizes)

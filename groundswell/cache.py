@@ -136,7 +136,7 @@ def get_cache(name: str | None = None) -> Cache:
 
     ``None`` means ``GROUNDSWELL_CACHE`` or else ``"lru"``. One instance per
     name per process, shared by every agent. Unknown names raise
-    :class:`ConfigurationError` listing the available backends.
+    `ConfigurationError` listing the available backends.
     """
     chosen = name or os.environ.get("GROUNDSWELL_CACHE") or "lru"
     cache = _instances.get(chosen)
@@ -164,7 +164,7 @@ _inflight: dict[tuple[int, int, str], asyncio.Future[Any]] = {}
 
 
 def cache_entry(encoded: Any) -> dict[str, Any]:
-    """What :func:`through_cache` stores for an answer: the value and when it was stored."""
+    """What `through_cache` stores for an answer: the value and when it was stored."""
     return {"value": encoded, "stored_at": time.time()}
 
 
@@ -248,7 +248,7 @@ class ToolCachePolicy:
     ``key``: ``None`` keys on all arguments, a list of names on those
     arguments, a callable ``key(arguments)`` on whatever it returns. ``ttl`` in
     seconds (``None``: the backend's default). ``invalidate_on``: event names
-    that clear this tool's entries through :func:`invalidate`. ``hit_message``
+    that clear this tool's entries through `invalidate`. ``hit_message``
     is appended to a cached result (``{age_s}`` is filled in), e.g. to tell the
     model the data may be stale.
     """

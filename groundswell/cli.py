@@ -1,5 +1,6 @@
 """The ``groundswell`` command: list plugins, run a workflow, render a saved tree,
-and whatever commands plugins add (``register_cli_commands``).
+list and run the examples, and whatever commands plugins add
+(``register_cli_commands``).
 
 Exit codes: 0 success; 1 the workflow run failed; 2 bad input (arguments,
 modules, files); 3 a plugin error under ``GROUNDSWELL_STRICT_PLUGINS=1``.
@@ -12,6 +13,7 @@ import argparse
 import asyncio
 import importlib
 import json
+import os
 import queue
 import sys
 from collections.abc import Sequence
@@ -21,6 +23,7 @@ from typing import Any
 from rich.console import Console
 from rich.live import Live
 
+from ._examples import Example, examples_dir, find_examples
 from ._render import rich_tree
 from ._serialize import jsonable
 from .errors import GroundswellError, PluginError, WorkflowError
@@ -47,22 +50,87 @@ def _cmd_plugins(args: argparse.Namespace) -> int:
     manager = PluginManager(strict=False)
     manager.load_entrypoints()
     manager.check()
-    infos = manager.list_plugins()
+    infos = manager.list_plugins(builtin=args.all)
+    if args.all:
+        infos = sorted([*infos, *manager.skipped.values()], key=lambda i: i.name)
+    provides = manager.provides() if args.all else {}
     if args.json:
-        print(json.dumps([vars(i) | {"ok": i.ok} for i in infos], indent=2))
+        records = []
+        for info in infos:
+            record = vars(info) | {"ok": info.ok}
+            if args.all:
+                record["provides"] = provides.get(info.name, {})
+            records.append(record)
+        print(json.dumps(records, indent=2))
         return 0
     for warning in manager.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     if not infos:
-        print("no plugins loaded")
+        print("no plugins loaded" + ("" if args.all else " (--all shows disabled ones)"))
         return 0
     for info in infos:
-        version = info.version or "-"
-        mark = "ok" if info.ok else "ERROR"
+        version = info.version or ("(kernel)" if info.source == "builtin" else "-")
+        mark = "off" if info.disabled else "ok" if info.ok else "ERROR"
         print(f"{info.name:<24} {version:<10} {mark:<6} {', '.join(info.hooks) or '(no hooks)'}")
+        if info.disabled:
+            print(f"    disabled: {info.disabled}")
+        for hook, names in sorted(provides.get(info.name, {}).items()):
+            print(f"    {hook.removeprefix('register_').replace('_', ' ')}: {', '.join(names)}")
         for error in info.errors:
             print(f"    error: {error}")
     return 0
+
+
+def _selected_examples(wanted: Sequence[str]) -> list[Example]:
+    examples = find_examples()
+    if not examples:
+        raise CLIError("no examples found; set GROUNDSWELL_EXAMPLES_DIR to a folder holding them")
+    if not wanted:
+        return examples
+    chosen = []
+    for word in wanted:
+        match = [
+            e
+            for e in examples
+            if (int(word) == e.number if word.isdigit() else e.name.startswith(word))
+        ]
+        if len(match) != 1:
+            names = ", ".join(e.name for e in examples)
+            what = "matches none" if not match else "matches several"
+            raise CLIError(f"example {word!r} {what} of: {names}")
+        chosen.append(match[0])
+    return chosen
+
+
+def _cmd_examples(args: argparse.Namespace) -> int:
+    if args.action == "path":
+        folder = examples_dir()
+        if folder is None:
+            raise CLIError(
+                "no examples found; set GROUNDSWELL_EXAMPLES_DIR to a folder holding them"
+            )
+        print(folder)
+        return 0
+    examples = _selected_examples(args.names)
+    if args.action != "run":
+        for example in examples:
+            print(f"{example.number:>2}  {example.name:<36} {example.title}")
+        print("\nrun them with: groundswell examples run [NUMBER|NAME ...]")
+        return 0
+    online = bool(os.environ.get("ANTHROPIC_API_KEY"))
+    print(
+        "using the real Anthropic API (ANTHROPIC_API_KEY is set)"
+        if online
+        else "offline: a fake Anthropic API answers (set ANTHROPIC_API_KEY to use the real one)"
+    )
+    failed = []
+    for example in examples:
+        print(f"\n== {example.name}: {example.title}", flush=True)
+        if example.run().returncode != 0:
+            failed.append(example.name)
+    print(f"\n{len(examples) - len(failed)} of {len(examples)} examples ran cleanly", end="")
+    print(f"; failed: {', '.join(failed)}" if failed else "")
+    return 1 if failed else 0
 
 
 def _load_trees(path: str) -> list[EventTree]:
@@ -237,7 +305,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0 if result.status is NodeStatus.COMPLETED else 1
 
 
-BUILTIN_COMMANDS = ("plugins", "run", "tree")
+BUILTIN_COMMANDS = ("examples", "plugins", "run", "tree")
 
 
 def _plugin_commands(sub: Any) -> None:
@@ -282,7 +350,27 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("plugins", help="list installed plugins, their hooks and load errors")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument(
+        "--all",
+        action="store_true",
+        help="also list disabled plugins, the kernel's own hooks, and what each provides",
+    )
     p.set_defaults(func=_cmd_plugins)
+
+    p = sub.add_parser(
+        "examples",
+        help="list or run the bundled examples (offline unless ANTHROPIC_API_KEY is set)",
+        description="List the examples, run them, or print the folder that holds them.",
+    )
+    p.add_argument(
+        "action",
+        nargs="?",
+        choices=("list", "run", "path"),
+        default="list",
+        help="list (default), run, or path (the folder, to copy from)",
+    )
+    p.add_argument("names", nargs="*", metavar="NAME", help="examples by number or name prefix")
+    p.set_defaults(func=_cmd_examples)
 
     p = sub.add_parser("run", help="run a workflow: groundswell run module:workflow [ARGS...]")
     p.add_argument("target", help="module:workflow, e.g. myapp.flows:review")
@@ -319,8 +407,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args))
     except BrokenPipeError:
         # The reader went away (`groundswell run ... --jsonl | head`): stop quietly.
-        import os
-
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     except PluginError as exc:

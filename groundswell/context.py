@@ -35,7 +35,7 @@ class Frame:
 
     ``hooks`` is set while an agent's tool call runs: the hook runner of that
     agent's prompt, where sub-agent hooks fire. ``agent`` is the
-    :class:`~groundswell.Agent` whose prompt (or tool call) runs now.
+    `Agent` whose prompt (or tool call) runs now.
     """
 
     tree: EventTree
@@ -49,7 +49,7 @@ _frame: ContextVar[Frame | None] = ContextVar("groundswell_frame", default=None)
 
 
 def current_frame() -> Frame | None:
-    """The current :class:`Frame`, or ``None`` outside any run."""
+    """The current `Frame`, or ``None`` outside any run."""
     return _frame.get()
 
 

@@ -1,6 +1,6 @@
 """Exceptions raised by Groundswell.
 
-Every error a user can catch derives from :class:`GroundswellError`::
+Every error a user can catch derives from `GroundswellError`::
 
     GroundswellError
     ├── ConfigurationError          bad arguments or settings; fix the call
@@ -82,7 +82,7 @@ class WorkflowError(GroundswellError):
     """A workflow run failed.
 
     ``node_path`` names the failing node from the root (``"review/judge"``),
-    ``result`` is the failed run's :class:`~groundswell.WorkflowResult` with the
+    ``result`` is the failed run's `WorkflowResult` with the
     full tree, and ``__cause__`` is the original exception.
     """
 
@@ -116,7 +116,7 @@ class TokenBudgetExceeded(GroundswellError):
 
 
 class ExtractionError(GroundswellError):
-    """A required :class:`~groundswell.Extract` rule found nothing usable in the answer.
+    """A required `Extract` rule found nothing usable in the answer.
 
     ``store_as`` names the rule; ``raw`` is the answer text it searched.
     """

@@ -5,7 +5,7 @@ the agent answers, each rule's ``pattern`` is searched in the answer text
 (``re.DOTALL | re.IGNORECASE``); group 1 if the pattern has groups, else the
 whole match. Values land in ``ctx.state[store_as]`` (inside a workflow), on
 the prompt node (``payload["extracted"]``) and in
-:attr:`PromptResult.extracted <groundswell.PromptResult.extracted>`.
+`PromptResult.extracted <groundswell.PromptResult.extracted>`.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ class Extract:
     first) or ``code`` (the body of the first fenced block in the match, else
     the match). ``multiple=True`` collects every match into a list. A
     ``required`` rule that finds nothing (or only blank text), or whose JSON
-    does not parse, raises :class:`~groundswell.ExtractionError`; otherwise
+    does not parse, raises `ExtractionError`; otherwise
     ``default`` is stored (``[]`` for ``multiple`` when no default is given)
     and an ``extraction_missed`` event says why.
     """
@@ -95,7 +95,7 @@ class Extract:
     def apply(self, text: str) -> Any:
         """The value this rule extracts from ``text``.
 
-        Raises :class:`ExtractionError` when the rule is required and finds
+        Raises `ExtractionError` when the rule is required and finds
         nothing usable; returns ``default`` when it is not.
         """
         value, problem = self._extract(text)
@@ -184,7 +184,7 @@ def check_rules(value: Any) -> tuple[Extract, ...]:
 def extract_all(rules: Sequence[Extract], text: str) -> tuple[dict[str, Any], list[dict[str, str]]]:
     """Apply every rule: ``(values by store_as, misses)``.
 
-    The first required rule that fails raises :class:`ExtractionError`; a
+    The first required rule that fails raises `ExtractionError`; a
     rule that is not required and fails stores its ``default`` and adds a
     ``{"store_as", "reason"}`` miss.
     """

@@ -15,7 +15,7 @@ Outputs understood (anything else in an output is ignored):
   ``updatedMCPToolOutput``) replaces what the model sees;
   ``additionalContext`` is appended to it.
 - ``UserPromptSubmit``: ``additionalContext`` is appended to the prompt;
-  ``{"decision": "block"}`` stops the prompt with :class:`PromptBlocked`.
+  ``{"decision": "block"}`` stops the prompt with `PromptBlocked`.
 - ``Stop``: ``{"decision": "block", "reason": ...}`` makes the agent go on,
   with ``reason`` as the next user message.
 - ``PostToolUseFailure``, ``SubagentStart``, ``SubagentStop``: notifications.

@@ -51,7 +51,7 @@ class _Record:
 
 @dataclass(frozen=True, slots=True)
 class CacheBackend(_Record):
-    """A cache backend: ``factory(**options)`` returns a :class:`~groundswell.Cache`."""
+    """A cache backend: ``factory(**options)`` returns a `Cache`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +65,7 @@ class EventSink(_Record):
 
     The factory may return ``None`` when the sink has nothing to do in this
     process (say, no exporter is configured); it then costs runs nothing, and
-    :meth:`~groundswell.PluginManager.refresh_sinks` asks it again later.
+    `refresh_sinks` asks it again later.
     """
 
 
@@ -78,7 +78,7 @@ class ToolProvider(_Record):
 class TokenCounter(_Record):
     """A token counter: ``factory()`` returns an object with ``async count(request) -> int``.
 
-    ``request`` is a :class:`groundswell.tokens.CountRequest` (model, messages,
+    ``request`` is a `groundswell.tokens.CountRequest` (model, messages,
     system, tools, and the calling agent's client).
     """
 
@@ -94,7 +94,7 @@ class CliCommand(_Record):
 @dataclass(frozen=True, slots=True)
 class ContextProvider(_Record):
     """A context provider: ``factory()`` returns a callable (or an object with
-    ``provide``) taking a :class:`groundswell.ContextRequest` and returning the
+    ``provide``) taking a `groundswell.ContextRequest` and returning the
     text to add to an agent's system prompt, or ``None`` (sync or async).
     """
 
@@ -104,34 +104,34 @@ HookResult: TypeAlias = "_Record | Iterable[_Record] | None"
 
 @hookspec
 def register_cache_backends() -> HookResult:
-    """Return the :class:`CacheBackend` records this plugin adds."""
+    """Return the `CacheBackend` records this plugin adds."""
 
 
 @hookspec
 def register_reflection_strategies() -> HookResult:
-    """Return the :class:`ReflectionStrategy` records this plugin adds."""
+    """Return the `ReflectionStrategy` records this plugin adds."""
 
 
 @hookspec
 def register_cli_commands() -> HookResult:
-    """Return the :class:`CliCommand` records this plugin adds."""
+    """Return the `CliCommand` records this plugin adds."""
 
 
 @hookspec
 def register_context_providers() -> HookResult:
-    """Return the :class:`ContextProvider` records this plugin adds."""
+    """Return the `ContextProvider` records this plugin adds."""
 
 
 @hookspec
 def register_event_sinks() -> HookResult:
-    """Return the :class:`EventSink` records this plugin adds."""
+    """Return the `EventSink` records this plugin adds."""
 
 
 @hookspec
 def register_tool_providers() -> HookResult:
-    """Return the :class:`ToolProvider` records this plugin adds."""
+    """Return the `ToolProvider` records this plugin adds."""
 
 
 @hookspec
 def register_token_counters() -> HookResult:
-    """Return the :class:`TokenCounter` records this plugin adds."""
+    """Return the `TokenCounter` records this plugin adds."""

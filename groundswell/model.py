@@ -4,7 +4,7 @@ Fields pass through by their API names. ``temperature``, ``top_p`` and
 ``top_k`` travel in ``extra_body`` (the SDK no longer names them); a
 ``response_format`` becomes ``output_config.format`` with the model's JSON
 schema; requests with ``betas`` or remote ``mcp_servers`` use the SDK's beta
-namespace. SDK errors become :class:`ModelAPIError` with the SDK's exception
+namespace. SDK errors become `ModelAPIError` with the SDK's exception
 as ``__cause__``; the SDK's own transport retries are left to the SDK.
 """
 
@@ -96,7 +96,7 @@ def _schema(response_format: type[BaseModel]) -> dict[str, Any]:
 
 
 def api_error(exc: Exception, model: str) -> ModelAPIError:
-    """A :class:`ModelAPIError` describing an SDK exception (raise it ``from exc``)."""
+    """A `ModelAPIError` describing an SDK exception (raise it ``from exc``)."""
     if isinstance(exc, anthropic.APIStatusError):
         kind, message = _error_body(exc)
         status = exc.status_code

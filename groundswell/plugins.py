@@ -7,7 +7,7 @@ the host down. Environment controls:
 - ``GROUNDSWELL_LOAD_PLUGINS``: comma-separated allow-list of entry-point names
   (``""`` loads none);
 - ``GROUNDSWELL_DISABLE_PLUGINS``: comma-separated deny-list;
-- ``GROUNDSWELL_STRICT_PLUGINS=1``: raise :class:`PluginError` instead of
+- ``GROUNDSWELL_STRICT_PLUGINS=1``: raise `PluginError` instead of
   reporting and skipping (useful in test suites).
 """
 
@@ -51,6 +51,7 @@ _HOOK_RECORDS: dict[str, type[Any]] = {
     "register_tool_providers": ToolProvider,
     "register_context_providers": ContextProvider,
     "register_cli_commands": CliCommand,
+    "register_token_counters": TokenCounter,
 }
 R = TypeVar(
     "R",
@@ -86,6 +87,8 @@ class PluginInfo:
     hooks: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     source: str = "entry point"
+    #: Why an installed plugin was not loaded (an allow- or deny-list), else None.
+    disabled: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -94,7 +97,7 @@ class PluginInfo:
 
 
 class PluginManager:
-    """Groundswell's plugin registry (a thin layer over :class:`pluggy.PluginManager`)."""
+    """Groundswell's plugin registry (a thin layer over `pluggy.PluginManager`)."""
 
     def __init__(self, *, strict: bool | None = None) -> None:
         #: None follows GROUNDSWELL_STRICT_PLUGINS; False always reports and skips.
@@ -111,6 +114,8 @@ class PluginManager:
         self._lock = threading.RLock()
         #: Problems that belong to no plugin (e.g. an allow-list naming nothing installed).
         self.warnings: list[str] = []
+        #: Installed plugins that the allow- or deny-list kept from loading.
+        self.skipped: dict[str, PluginInfo] = {}
         # The kernel's own hook implementations (the ``feedback`` reflection strategy,
         # the ``estimate`` and ``anthropic`` token counters) register like any plugin,
         # so every collector sees them, and no allow-list can switch them off.
@@ -147,11 +152,16 @@ class PluginManager:
                     )
                 continue
             seen[ep.name] = dist_name
-            if (allow is not None and ep.name not in allow) or ep.name in deny:
-                continue
             info = PluginInfo(
                 name=ep.name, version=dist.version if dist else None, distribution=dist_name
             )
+            if ep.name in deny:
+                info.disabled = "named in GROUNDSWELL_DISABLE_PLUGINS"
+            elif allow is not None and ep.name not in allow:
+                info.disabled = "not named in GROUNDSWELL_LOAD_PLUGINS"
+            if info.disabled:
+                self.skipped.setdefault(ep.name, info)
+                continue
             with self._lock:
                 if ep.name in self._infos:
                     continue
@@ -175,7 +185,7 @@ class PluginManager:
     def register(self, plugin: object, name: str | None = None) -> str:
         """Register a plugin object or module at run time; returns its name.
 
-        Raises :class:`PluginError` if the name is taken or a hook is unknown.
+        Raises `PluginError` if the name is taken or a hook is unknown.
         """
         name = name or getattr(plugin, "__name__", None) or type(plugin).__name__
         with self._lock:
@@ -239,6 +249,15 @@ class PluginManager:
         """
         infos = (i for i in self._infos.values() if builtin or i.source != "builtin")
         return sorted(infos, key=lambda i: i.name)
+
+    def provides(self) -> dict[str, dict[str, list[str]]]:
+        """Plugin name → hook name → the record names it registered there."""
+        out: dict[str, dict[str, list[str]]] = {}
+        for hook_name, record_type in _HOOK_RECORDS.items():
+            _, owners = self._collect_owned(hook_name, record_type)
+            for record_name, plugin in owners.items():
+                out.setdefault(plugin, {}).setdefault(hook_name, []).append(record_name)
+        return out
 
     @property
     def errors(self) -> dict[str, list[str]]:

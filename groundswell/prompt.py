@@ -75,8 +75,8 @@ class Prompt(Generic[T]):
     is a pydantic model class (the agent returns a validated instance) or
     ``None`` (the agent returns the text). ``enable_reflection`` switches
     prompt-level reflection on (or off) for this prompt, whatever the agent says.
-    ``extract`` is an :class:`~groundswell.Extract` rule or a list of them,
-    applied to the answer text (see :mod:`groundswell.extraction`).
+    ``extract`` is an `Extract` rule or a list of them,
+    applied to the answer text (see `groundswell.extraction`).
     """
 
     user: str
@@ -129,7 +129,7 @@ class Prompt(Generic[T]):
         return dataclasses.replace(self, **changes)
 
     def render(self) -> str:
-        """The user turn sent to the model (see :func:`render_user`)."""
+        """The user turn sent to the model (see `render_user`)."""
         return self._rendered
 
 
@@ -139,9 +139,9 @@ class PromptOverrides:
 
     Takes every Messages API request field by its API name, plus ``mcps``,
     ``skills``, ``hooks``, ``env``, ``max_turns``, ``token_budget`` (a
-    :class:`~groundswell.TokenBudget`), ``cache`` (a backend name or
-    :class:`~groundswell.Cache`), ``disable_cache``, ``enable_reflection`` and
-    ``reflection`` (a :class:`~groundswell.ReflectionConfig`).
+    `TokenBudget`), ``cache`` (a backend name or
+    `Cache`), ``disable_cache``, ``enable_reflection`` and
+    ``reflection`` (a `ReflectionConfig`).
     """
 
     model: str | None = None
@@ -207,7 +207,7 @@ _IDENTIFIER = string.ascii_letters + string.digits + "_"
 class PromptTemplate:
     """A prompt an agent may build at run time from variables (``generate_dynamic_prompt``).
 
-    ``user`` and ``system`` are :meth:`str.format` templates with plain named
+    ``user`` and ``system`` are `str.format` templates with plain named
     placeholders (``"Summarize {topic} in {words} words"``); every placeholder
     is a required variable. ``variables`` describes them (name → description)
     for the model; values must be strings, numbers or booleans.
@@ -269,7 +269,7 @@ class PromptTemplate:
         }
 
     def render(self, variables: Mapping[str, Any]) -> Prompt[Any]:
-        """The :class:`Prompt` for these variables; :class:`ConfigurationError` if they do not fit."""
+        """The `Prompt` for these variables; `ConfigurationError` if they do not fit."""
         if not isinstance(variables, Mapping):
             raise ConfigurationError(
                 f"template variables must be an object, got {type(variables).__name__}"
@@ -296,5 +296,5 @@ class PromptTemplate:
 
 
 def create_prompt(user: str, **fields: Any) -> Prompt[Any]:
-    """Build a :class:`Prompt` at run time (e.g. inside a tool or step)."""
+    """Build a `Prompt` at run time (e.g. inside a tool or step)."""
     return Prompt(user=user, **fields)

@@ -3,13 +3,13 @@
 ``Agent(context=[...])`` lists providers by name (registered through the
 ``register_context_providers`` hook, e.g. ``"history"`` from the bundled
 session history plugin) or as callables. Each is asked once per prompt with a
-:class:`ContextRequest` and returns text (or ``None`` for nothing); the texts
+`ContextRequest` and returns text (or ``None`` for nothing); the texts
 are appended to the system prompt in list order.
 
 A provider that fails, or takes longer than ``TIMEOUT_S``, never fails the
 prompt: its section is left out and a ``context_error`` event on the prompt
 node says why (logged once until the provider works again). Sections pass
-through :func:`groundswell.redact`, so registered secrets never reach the
+through `groundswell.redact`, so registered secrets never reach the
 model through them. Each section added is recorded as a ``context`` event
 (provider name and size), and the full system prompt is on the prompt node
 as ``payload["system"]``.
@@ -106,7 +106,7 @@ async def gather_context(items: Sequence[Any], request: ContextRequest) -> list[
     """Ask each provider for its section; failures are recorded, not raised.
 
     An unknown provider name is a configuration mistake and does raise
-    :class:`~groundswell.ConfigurationError`.
+    `ConfigurationError`.
     """
     sections: list[str] = []
     for item in items:

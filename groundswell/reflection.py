@@ -85,7 +85,7 @@ class ReflectionConfig:
     """How reflection runs: on ``Workflow``, ``Agent`` or ``PromptOverrides`` (``reflection=``).
 
     ``max_attempts`` counts every attempt, the first included (``3`` means at
-    most two retries; at most :data:`MAX_ATTEMPTS_CAP`). ``strategy`` names a
+    most two retries; at most `MAX_ATTEMPTS_CAP`). ``strategy`` names a
     registered strategy (``"llm"`` or ``"feedback"``); ``model`` is the model
     the ``llm`` strategy asks (default: the failing agent's own); ``retry_delay``
     is the pause in seconds before each retry.

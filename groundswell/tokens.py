@@ -2,7 +2,7 @@
 
 The kernel registers ``estimate`` (offline, deterministic; the default) and
 ``anthropic`` (the API's ``messages.count_tokens`` on the calling agent's
-client). :func:`get_counter` finds a counter by name;
+client). `get_counter` finds a counter by name;
 ``GROUNDSWELL_TOKEN_COUNTER`` names the process default.
 """
 
@@ -214,7 +214,7 @@ def estimate_request(request: CountRequest) -> int:
 
 
 class EstimateCounter:
-    """The default counter: :func:`estimate_request`, offline and deterministic."""
+    """The default counter: `estimate_request`, offline and deterministic."""
 
     async def count(self, request: CountRequest) -> int:
         """Estimated input tokens of ``request``."""

@@ -72,7 +72,7 @@ class Tool:
 
     The input schema comes from the signature (types via pydantic) and the
     docstring (first paragraph as description, ``Args:`` entries per argument).
-    A parameter annotated :class:`ToolContext` is filled in by the agent and
+    A parameter annotated `ToolContext` is filled in by the agent and
     left out of the schema. Sync functions run in a worker thread.
     """
 
@@ -195,7 +195,7 @@ _built: weakref.WeakKeyDictionary[Callable[..., Any], Tool] = weakref.WeakKeyDic
 
 
 def tool_for(fn: Callable[..., Any]) -> Tool:
-    """The :class:`Tool` for a plain function, built once and reused.
+    """The `Tool` for a plain function, built once and reused.
 
     Building one costs a pydantic model (hundreds of microseconds), and agents
     resolve their tools on every prompt. Weak keys: a function that goes away

@@ -179,10 +179,10 @@ class EventNode:
 
 
 class EventTree:
-    """A queryable tree of :class:`EventNode`; one per top-level run.
+    """A queryable tree of `EventNode`; one per top-level run.
 
-    Build it by running workflows and agents; query it with :meth:`get_node`,
-    :meth:`get_children`, :meth:`get_ancestors`, :meth:`find` and :meth:`walk`.
+    Build it by running workflows and agents; query it with `get_node`,
+    `get_children`, `get_ancestors`, `find` and `walk`.
     """
 
     def __init__(self) -> None:
@@ -362,7 +362,7 @@ class EventTree:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> EventTree:
-        """Rebuild a tree from :meth:`to_json` output."""
+        """Rebuild a tree from `to_json` output."""
         if not isinstance(data, dict) or data.get("version") != FORMAT_VERSION:
             raise ValueError(
                 f"not a Groundswell tree (expected a dict with version {FORMAT_VERSION}); "
@@ -393,7 +393,7 @@ class EventTree:
                 yield Event("node_end", node, _end_record(node), run_id)
 
     def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write the tree as a JSONL event log that :meth:`load` replays."""
+        """Write the tree as a JSONL event log that `load` replays."""
         target = Path(path)
         with target.open("w", encoding="utf-8") as f:
             for event in self.events():
@@ -402,9 +402,9 @@ class EventTree:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> EventTree:
-        """Replay a JSONL event log (from :meth:`save` or an event sink) into a tree.
+        """Replay a JSONL event log (from `save` or an event sink) into a tree.
 
-        A log holding several runs is an error; use :meth:`load_all` for those.
+        A log holding several runs is an error; use `load_all` for those.
         """
         trees = cls.load_all(path)
         if len(trees) != 1:
@@ -461,7 +461,7 @@ class EventTree:
     def render(self, *, start: str | None = None) -> str:
         """The tree as indented text: status mark, type, name, duration, attempts, tokens, cache.
 
-        Plain text for logs and tests; :meth:`print` (or ``rich.print(tree)``)
+        Plain text for logs and tests; `print` (or ``rich.print(tree)``)
         draws the same lines in colour.
         """
         if self.root is None and start is None:
@@ -584,8 +584,8 @@ def _label(node: EventNode) -> str:
 class Replayer:
     """Builds trees from event records one at a time (a live view, a log being read).
 
-    ``apply(record)`` takes one ``{"kind", "data"}`` record (an :class:`Event`'s
-    :meth:`~Event.to_record`); ``trees`` holds one tree per run, in start order.
+    ``apply(record)`` takes one ``{"kind", "data"}`` record (an `Event`'s
+    `to_record`); ``trees`` holds one tree per run, in start order.
     """
 
     def __init__(self) -> None:

@@ -1,6 +1,6 @@
 """Workflows and steps: ``@workflow``, ``Workflow.run``, ``WorkflowContext.step``.
 
-A workflow is an async function taking a :class:`WorkflowContext` first. Each
+A workflow is an async function taking a `WorkflowContext` first. Each
 run is a ``workflow`` node; each ``ctx.step`` a ``step`` node under whatever is
 current when it starts. A run inside another run mounts under the current node
 of the outer one, so nesting needs no plumbing.
@@ -40,7 +40,7 @@ _PATH_ATTR = "_groundswell_node_path"
 
 @dataclass(frozen=True, slots=True)
 class WorkflowResult(Generic[T]):
-    """The outcome of :meth:`Workflow.run`.
+    """The outcome of `Workflow.run`.
 
     ``tree`` is the tree the run is mounted in (for a nested run, the outer
     run's tree) and ``node`` is the run's own workflow node. ``duration`` is in
@@ -153,7 +153,7 @@ class WorkflowContext:
         self.state: dict[str, Any] = {}
         self._last_state: Any = {}
         self.cache: Any = workflow.cache
-        #: Reflection settings and history of this run (see :class:`ReflectionAPI`).
+        #: Reflection settings and history of this run (see `ReflectionAPI`).
         self.reflection = ReflectionAPI(workflow.reflection, node.id)
 
     @property
@@ -211,7 +211,7 @@ class WorkflowContext:
         ``fn`` is an async callable, an awaitable, or a sync callable (run in a
         worker thread; an awaitable it returns is then awaited). Everything it
         starts mounts under the step's node. With ``timeout`` (seconds) the step
-        is cancelled when it runs over and :class:`StepTimeout` is raised.
+        is cancelled when it runs over and `StepTimeout` is raised.
         Exceptions propagate unchanged; the node records them as ``failed``.
 
         When the workflow reflects (``Workflow(enable_reflection=True)``, or
@@ -222,7 +222,7 @@ class WorkflowContext:
         awaitable runs once.
 
         ``token_budget`` applies to agent prompts inside the step (over the
-        agent's own budget; see :class:`~groundswell.TokenBudget`); without it,
+        agent's own budget; see `TokenBudget`); without it,
         the enclosing budget's ``per_step`` entry for ``name`` does.
         """
         if not isinstance(name, str) or not name:
@@ -341,7 +341,7 @@ class WorkflowContext:
     async def spawn_workflow(self, wf: Workflow[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         """Run ``wf`` as a child of the current node and return its output.
 
-        Raises :class:`WorkflowError` (naming the failing node) if the child fails.
+        Raises `WorkflowError` (naming the failing node) if the child fails.
         """
         if not isinstance(wf, Workflow):
             raise ConfigurationError(
@@ -434,7 +434,7 @@ class Workflow(Generic[P, T]):
     ReflectionConfig(...)``) reflects on failed steps and runs them again;
     ``reflection_agent`` is the agent the ``llm`` strategy asks (without one,
     the ``feedback`` strategy is used). ``token_budget`` (a
-    :class:`~groundswell.TokenBudget`) applies to agent prompts in the run that
+    `TokenBudget`) applies to agent prompts in the run that
     set no budget of their own; its ``per_step`` entries to those in named steps.
     """
 
@@ -479,10 +479,10 @@ class Workflow(Generic[P, T]):
         self.__doc__ = executor.__doc__
 
     async def run(self, *args: P.args, **kwargs: P.kwargs) -> WorkflowResult[T]:
-        """Run the workflow and return its :class:`WorkflowResult`.
+        """Run the workflow and return its `WorkflowResult`.
 
         Mounts under the current node when called inside another run. On failure
-        raises :class:`WorkflowError` (``.node_path``, ``.result`` with the whole
+        raises `WorkflowError` (``.node_path``, ``.result`` with the whole
         tree, the original exception as ``__cause__``); cancellation propagates.
         """
         outer = _frame.get()
@@ -543,7 +543,7 @@ class Workflow(Generic[P, T]):
     def validate_input(self, data: Any) -> dict[str, Any]:
         """Check ``data`` (a mapping of argument names) and return the keyword arguments.
 
-        Raises :class:`ConfigurationError` naming each invalid or missing argument.
+        Raises `ConfigurationError` naming each invalid or missing argument.
         """
         if not isinstance(data, dict):
             raise ConfigurationError(
@@ -649,7 +649,7 @@ def create_workflow(
     reflection_agent: Any = None,
     token_budget: TokenBudget | None = None,
 ) -> Workflow[P, T]:
-    """Build a :class:`Workflow` at run time; it mounts wherever it is run."""
+    """Build a `Workflow` at run time; it mounts wherever it is run."""
     return Workflow(
         executor,
         name=name,
@@ -686,9 +686,9 @@ def workflow(
     reflection_agent: Any = None,
     token_budget: TokenBudget | None = None,
 ) -> Any:
-    """Make a :class:`Workflow` from an async function: ``@workflow`` or ``@workflow(name=...)``.
+    """Make a `Workflow` from an async function: ``@workflow`` or ``@workflow(name=...)``.
 
-    Keyword arguments are those of :class:`Workflow`.
+    Keyword arguments are those of `Workflow`.
     """
     options: dict[str, Any] = {
         "name": name,

@@ -172,3 +172,78 @@ def test_a_closed_pipe_ends_jsonl_output_quietly(project: Path) -> None:
     )
     assert json.loads(out.stdout)["kind"] == "node_start"
     assert "Traceback" not in out.stderr and "BrokenPipe" not in out.stderr
+
+
+def test_plugins_all_shows_disabled_plugins_the_kernel_and_what_each_provides() -> None:
+    out = gs("plugins", "--all", env={"GROUNDSWELL_DISABLE_PLUGINS": "redis"})
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    redis = lines.index(next(ln for ln in lines if ln.startswith("redis ")))
+    assert " off " in lines[redis]
+    assert lines[redis + 1].strip() == "disabled: named in GROUNDSWELL_DISABLE_PLUGINS"
+    assert any(ln.startswith("groundswell ") and "(kernel)" in ln for ln in lines)
+    assert "    token counters: estimate, anthropic" in lines
+    assert "    cache backends: lru" in lines
+    data = {d["name"]: d for d in json.loads(gs("plugins", "--all", "--json").stdout)}
+    assert data["lru"]["provides"] == {"register_cache_backends": ["lru"]}
+    assert data["groundswell"]["provides"]["register_reflection_strategies"] == ["feedback"]
+    # Without --all, neither the kernel nor disabled plugins are listed.
+    plain = gs("plugins", env={"GROUNDSWELL_DISABLE_PLUGINS": "redis"}).stdout
+    assert not re.search(r"^(redis|groundswell) ", plain, flags=re.M)
+
+
+def test_examples_lists_all_ten_with_titles() -> None:
+    out = gs("examples")
+    assert out.returncode == 0, out.stderr
+    rows = [ln for ln in out.stdout.splitlines() if re.match(r"^\s*\d+  ", ln)]
+    assert [int(r.split()[0]) for r in rows] == list(range(1, 11))
+    assert "03_one_agent_many_workflows" in rows[2] and "one agent used across" in rows[2]
+    assert "groundswell examples run" in out.stdout
+
+
+def test_examples_run_runs_the_chosen_example_offline_and_prints_its_tree() -> None:
+    env = {"ANTHROPIC_API_KEY": ""}
+    out = gs("examples", "run", "1", "04_nested", env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("offline:")
+    assert re.findall(r"^== (\S+):", out.stdout, flags=re.M) == [
+        "01_basic_workflow",
+        "04_nested_workflows",
+    ]
+    assert len(re.findall(r"^✓ workflow (report|deploy)", out.stdout, flags=re.M)) == 2
+    assert out.stdout.rstrip().endswith("2 of 2 examples ran cleanly")
+
+
+def test_examples_errors_are_one_line(tmp_path: Path) -> None:
+    out = gs("examples", "run", "nope")
+    assert out.returncode == 2
+    assert out.stderr.startswith("groundswell: example 'nope' matches none of: 01_basic_workflow")
+    assert len(out.stderr.splitlines()) == 1
+    out = gs("examples", "run", "0_")  # 01..09 all start with 0
+    assert out.returncode == 2 and "matches" in out.stderr
+    empty = gs("examples", env={"GROUNDSWELL_EXAMPLES_DIR": str(tmp_path)})
+    assert empty.returncode == 2
+    assert empty.stderr.strip() == (
+        "groundswell: no examples found; set GROUNDSWELL_EXAMPLES_DIR to a folder holding them"
+    )
+
+
+def test_a_failing_example_fails_the_run(tmp_path: Path) -> None:
+    (tmp_path / "01_fine.py").write_text('"""Example 1: fine."""\nprint("fine")\n')
+    (tmp_path / "02_broken.py").write_text('"""Example 2: broken."""\nraise SystemExit(3)\n')
+    out = gs("examples", "run", env={"GROUNDSWELL_EXAMPLES_DIR": str(tmp_path)})
+    assert out.returncode == 1
+    assert out.stdout.rstrip().endswith("1 of 2 examples ran cleanly; failed: 02_broken")
+    assert gs(
+        "examples", "path", env={"GROUNDSWELL_EXAMPLES_DIR": str(tmp_path)}
+    ).stdout.strip() == str(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [[], ["plugins"], ["run"], ["tree"], ["examples"], ["history"], ["history", "serve"]],
+)
+def test_every_command_has_help(argv: list[str]) -> None:
+    out = gs(*argv, "--help")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("usage: groundswell")

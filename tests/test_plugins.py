@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 from collections.abc import Callable
 
 import pytest
@@ -257,3 +259,18 @@ def test_allow_list_naming_nothing_installed_warns(
     assert manager.list_plugins() == []
     assert "names 'lur', but no installed plugin has that name" in manager.warnings[0]
     assert "installed: " in caplog.text and "lru" in caplog.text
+
+
+def test_loading_every_bundled_plugin_stays_cheap() -> None:
+    # Importing anthropic takes about a second; no plugin may pay it at load time,
+    # or every `groundswell` command would (the CLI loads plugins for their commands).
+    code = (
+        "import sys, groundswell; m = groundswell.PluginManager(); m.load_entrypoints(); "
+        "print([i.name for i in m.list_plugins() if i.ok]); print('anthropic' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    names, heavy = out.stdout.splitlines()
+    assert "reflection" in names and "history" in names
+    assert heavy == "False"

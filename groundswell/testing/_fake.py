@@ -58,10 +58,10 @@ def _chunks(text: str, size: int = 16) -> list[str]:
 class FakeAnthropicAPI:
     """The fake API: answers ``POST /v1/messages`` and ``/v1/messages/count_tokens``.
 
-    ``model`` chooses the answers: ``None`` for :class:`SchemaModel` (no script
-    needed), a list of replies for a :class:`ScriptedModel`, a function of the
-    request for a :class:`FunctionModel`, or any object with ``respond(request)``.
-    Every request is recorded in :attr:`requests`. With ``api_key`` set, other
+    ``model`` chooses the answers: ``None`` for `SchemaModel` (no script
+    needed), a list of replies for a `ScriptedModel`, a function of the
+    request for a `FunctionModel`, or any object with ``respond(request)``.
+    Every request is recorded in `requests`. With ``api_key`` set, other
     keys get a real 401.
     """
 

@@ -229,7 +229,7 @@ class ScriptedModel:
 
 
 class FunctionModel:
-    """Answers with ``fn(request)``; return a :class:`Reply`, an error, or a plain string."""
+    """Answers with ``fn(request)``; return a `Reply`, an error, or a plain string."""
 
     def __init__(self, fn: Callable[[MessagesRequest], Answer | str]) -> None:
         self.fn = fn

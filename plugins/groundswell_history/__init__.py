@@ -3,20 +3,20 @@
 Needs the ``history`` extra: ``pip install "groundswell[history]"`` (SQLite
 works as is; PostgreSQL also needs a driver such as ``psycopg[binary]``).
 
-- :class:`HistoryStore` keeps agents' sessions, their iterations and their
+- `HistoryStore` keeps agents' sessions, their iterations and their
   memories (``remember``, ``recall``, ``recall_all``, ``forget``,
   ``learn_error``, ``learn_success``) in any SQLAlchemy database.
-- :func:`task_signature` and :func:`relevance` score past sessions for a task.
+- `task_signature` and `relevance` score past sessions for a task.
 - The ``history`` event sink records the sessions of ``Agent(history=True)``
   agents (of every agent when ``GROUNDSWELL_HISTORY_URL`` is set) into the
-  store at :func:`default_url`; :func:`set_task` says which task a step
+  store at `default_url`; `set_task` says which task a step
   works on.
 - ``Agent(tools=["history"])`` gives an agent ``query_past_sessions``, which
   reads only that agent's own sessions.
-- ``Agent(context=["history"])`` adds :func:`build_agent_prompt`'s section
+- ``Agent(context=["history"])`` adds `build_agent_prompt`'s section
   (its most relevant past sessions, error patterns and successful
   approaches) to the agent's system prompt.
-- :func:`create_app` is the HTTP API (``groundswell history serve``).
+- `create_app` is the HTTP API (``groundswell history serve``).
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ __all__ = [
 
 
 def load_api() -> ModuleType:
-    """:mod:`groundswell_history.api`, or a clear error when FastAPI is not installed."""
+    """`groundswell_history.api`, or a clear error when FastAPI is not installed."""
     try:
         from . import api
     except ImportError as exc:  # FastAPI is part of the extra, not of groundswell itself
@@ -76,7 +76,7 @@ def load_api() -> ModuleType:
 
 
 def create_app(store: HistoryStore | str | None = None, *, secret: bytes | None = None) -> FastAPI:
-    """The introspection HTTP API over ``store``; see :mod:`groundswell_history.api`."""
+    """The introspection HTTP API over ``store``; see `groundswell_history.api`."""
     made: FastAPI = load_api().create_app(store, secret=secret)
     return made
 

@@ -6,7 +6,7 @@ schema is at ``/openapi.json`` and browsable at ``/docs``. Serve it with
 ``groundswell history serve``.
 
 Each agent has its own bearer token (``groundswell history token AGENT_ID``,
-or :func:`issue_token`): an HMAC of the agent id under the server's secret, so
+or `issue_token`): an HMAC of the agent id under the server's secret, so
 tokens need no table and a token for one agent gets 403 on another agent's
 sessions. The secret is ``GROUNDSWELL_HISTORY_SECRET``, else a random one
 kept in ``$GROUNDSWELL_HOME/history-api.secret`` (created on first use, mode
@@ -249,7 +249,7 @@ class Problem(BaseModel):
 
 
 def _problem(status: int, message: str) -> JSONResponse:
-    """A refusal in the shape :class:`Problem` documents."""
+    """A refusal in the shape `Problem` documents."""
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
     return JSONResponse(
         status_code=status, content={"detail": message, "message": message}, headers=headers

@@ -1,14 +1,14 @@
 """What an agent is told about its own past: the ``history`` context provider.
 
 ``Agent(context=["history"])`` adds, to the system prompt of each of its
-prompts, the section :func:`build_agent_prompt` writes: the five past
+prompts, the section `build_agent_prompt` writes: the five past
 sessions most relevant to the task at hand (one line each), the error
 patterns it has learnt (``learn_error``), the approaches that worked
 (``learn_success``) and its other memories. Every line passes through the
 store's secret filter again, so a key that slipped into a summary is not
 repeated to the model.
 
-The task is the one :func:`~groundswell_history.set_task` set on the step (or
+The task is the one `set_task` set on the step (or
 workflow) the prompt runs in; without one, sessions rank by recency and
 outcome alone.
 """
@@ -114,7 +114,7 @@ def build_agent_prompt(
 ) -> str:
     """The system-prompt section telling ``agent_id`` about its own past ("" when it has none).
 
-    ``task`` is a :func:`task_signature`, a task title, a stored signature or
+    ``task`` is a `task_signature`, a task title, a stored signature or
     a mapping of ``title``/``category``/``file_patterns``; it decides which
     past sessions are most relevant. ``store`` defaults to the store sessions
     are recorded in; ``exclude`` leaves out session ids (the one running now).
@@ -168,7 +168,7 @@ def build_agent_prompt(
 
 
 async def provide(request: ContextRequest) -> str | None:
-    """The ``history`` context provider: :func:`build_agent_prompt` for the prompt's agent.
+    """The ``history`` context provider: `build_agent_prompt` for the prompt's agent.
 
     After the store fails, prompts go without history for ``RETRY_AFTER``
     seconds instead of each waiting for the store again.

@@ -83,7 +83,7 @@ def relevance(session: Any, task_signature: str | None = None, now: float | None
     ``title``, ``category``, ``file_patterns``, ``status`` and ``started_at``,
     a Unix time). Without a ``task_signature`` only recency and outcome count.
     A plain signature string matches exactly or not at all; one made by
-    :func:`task_signature` also matches partially.
+    `task_signature` also matches partially.
     """
     return scorer(task_signature, now)(
         _get(session, "status"),
@@ -98,7 +98,7 @@ def relevance(session: Any, task_signature: str | None = None, now: float | None
 def scorer(
     task_signature: str | None = None, now: float | None = None
 ) -> Callable[[Any, Any, Any, Any, Any, Any], float]:
-    """:func:`relevance` for many sessions of one query, without per-call set-up.
+    """`relevance` for many sessions of one query, without per-call set-up.
 
     The returned function takes ``(status, started_at, task_signature, title,
     category, file_patterns)``; ``file_patterns`` may be a list or its JSON

@@ -5,8 +5,8 @@ prompt above it) of an agent built with ``Agent(history=True)``, or of any
 agent when ``GROUNDSWELL_HISTORY_URL`` is set. Its iterations are the model
 turns and tool calls directly under that prompt node.
 
-Writes are queued by :meth:`HistorySink.handle` and committed in batches when
-the sink has caught up with the run (:meth:`flush`), so recording never slows
+Writes are queued by `HistorySink.handle` and committed in batches when
+the sink has caught up with the run (`flush`), so recording never slows
 a run. When the store cannot be reached the batch is kept and tried again at
 the next flush; a warning says so once per outage, and at most
 ``MAX_PENDING`` operations wait (the oldest are dropped and counted beyond
@@ -46,7 +46,7 @@ def set_task(
     """Say what task the current step (or workflow) works on.
 
     Sessions started under the current node are recorded with this task: its
-    ``task_id``, its :func:`~groundswell_history.task_signature` and the
+    ``task_id``, its `task_signature` and the
     ``metadata``. Returns the recorded event, or ``None`` outside any run.
     """
     from groundswell import record_event

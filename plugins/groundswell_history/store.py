@@ -6,7 +6,7 @@ schema is created, and migrated, by the store itself. SQLite runs in WAL mode
 with a busy timeout, so several processes can write at once and a process
 killed mid-write leaves a readable file.
 
-Everything stored passes through :func:`groundswell.redact` plus a filter for
+Everything stored passes through `groundswell.redact` plus a filter for
 keys and bearer tokens, so credentials never reach the store.
 """
 
@@ -90,7 +90,7 @@ def groundswell_home() -> Path:
 
 
 def default_url() -> str:
-    """``GROUNDSWELL_HISTORY_URL``, else a SQLite file in :func:`groundswell_home`."""
+    """``GROUNDSWELL_HISTORY_URL``, else a SQLite file in `groundswell_home`."""
     url = os.environ.get("GROUNDSWELL_HISTORY_URL")
     if url:
         return url
@@ -445,7 +445,7 @@ class HistoryStore:
         now: float | None = None,
         exclude: Sequence[str] = (),
     ) -> list[tuple[Session, float]]:
-        """An agent's sessions scored by :func:`relevance`, best first, at least ``min_relevance``.
+        """An agent's sessions scored by `relevance`, best first, at least ``min_relevance``.
 
         ``exclude`` leaves out sessions by id (say, the one running now).
         """

@@ -26,7 +26,7 @@ _lock = threading.Lock()
 
 
 def shared_store(url: str | None = None) -> HistoryStore:
-    """One store per URL per process (``None``: :func:`default_url`)."""
+    """One store per URL per process (``None``: `default_url`)."""
     url = url or default_url()
     with _lock:
         if url not in _stores:

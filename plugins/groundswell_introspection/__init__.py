@@ -12,8 +12,8 @@ from an approved template). Values under secret-looking keys are redacted;
 the tree itself never holds API keys or ``env`` values. Each call is a
 ``tool_call`` node like any other tool call, so it is audited in the tree.
 
-:func:`toolset` builds the tools with other :class:`Limits`;
-:func:`approve_workflow` adds spawnable workflows for every agent.
+`toolset` builds the tools with other `Limits`;
+`approve_workflow` adds spawnable workflows for every agent.
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ def approve_workflow(name: str, wf: Workflow[..., Any]) -> None:
 
 
 def revoke_workflow(name: str) -> None:
-    """Withdraw a template approved with :func:`approve_workflow` (no error if absent)."""
+    """Withdraw a template approved with `approve_workflow` (no error if absent)."""
     _registry.pop(name, None)
 
 
@@ -786,7 +786,7 @@ _default: list[Tool] | None = None
 
 
 def toolset(limits: Limits | None = None) -> list[Tool]:
-    """The twelve tools; pass them in ``Agent(tools=[...])`` to use other :class:`Limits`."""
+    """The twelve tools; pass them in ``Agent(tools=[...])`` to use other `Limits`."""
     global _default
     if limits is not None:
         return _build(limits)

@@ -4,7 +4,7 @@ Every run becomes one trace whose spans mirror the tree: ``invoke_workflow
 {name}``, ``step {name}``, ``invoke_agent {agent}``, ``chat {model}`` per model
 round trip (CLIENT), ``execute_tool {tool}``, ``reflection {name}``, following
 the OpenTelemetry GenAI semantic conventions (names in
-:mod:`groundswell_otel.attributes`). Spans start and end as nodes do, not
+`groundswell_otel.attributes`). Spans start and end as nodes do, not
 after the run.
 
 Where spans go:
@@ -14,7 +14,7 @@ Where spans go:
 - otherwise, the global provider, if the application set one;
 - otherwise, when ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or
   ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``) is set: OTLP/HTTP through a
-  ``BatchSpanProcessor`` and :class:`RedactingSpanExporter` (needs
+  ``BatchSpanProcessor`` and `RedactingSpanExporter` (needs
   ``pip install "groundswell[otlp]"``);
 - otherwise nowhere, at no cost to runs.
 

@@ -19,7 +19,7 @@ class RedactingSpanExporter(SpanExporter):
 
     Removes the value of every attribute (on spans and span events) whose key
     looks like a credential, and replaces inside every string: values
-    registered with :func:`groundswell.register_secret` (API keys, agents'
+    registered with `groundswell.register_secret` (API keys, agents'
     ``env`` values), this process's secret-looking environment variables, and
     anything shaped like an Anthropic key or bearer token. Exception messages
     and status descriptions are cleaned the same way.

@@ -34,7 +34,7 @@ def _redis_asyncio() -> Any:
 
 
 class RedisCache:
-    """A :class:`groundswell.Cache` on a Redis server, shared across processes and machines."""
+    """A `groundswell.Cache` on a Redis server, shared across processes and machines."""
 
     def __init__(
         self,

@@ -1,10 +1,10 @@
 """Groundswell's ``llm`` reflection strategy: a model analyses the failure and revises.
 
 Registered through the ``groundswell`` entry-point group. On a failure the
-strategy asks a model for a structured :class:`ReflectionAnalysis` (what went
+strategy asks a model for a structured `ReflectionAnalysis` (what went
 wrong, whether another attempt can succeed, guidance for it, and optionally a
 revised system prompt or revised input data) and returns it as a
-:class:`groundswell.ReflectionResult`, which the kernel applies on the retry.
+`groundswell.ReflectionResult`, which the kernel applies on the retry.
 
 Which model answers:
 
@@ -25,7 +25,6 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from groundswell import (
-    Agent,
     Prompt,
     PromptOverrides,
     ReflectionContext,
@@ -117,7 +116,7 @@ class LLMReflector:
         self.max_tokens = max_tokens
 
     async def reflect(self, context: ReflectionContext) -> ReflectionResult:
-        """Ask for a :class:`ReflectionAnalysis` and turn it into a ``ReflectionResult``."""
+        """Ask for a `ReflectionAnalysis` and turn it into a ``ReflectionResult``."""
         if context.agent is None:
             # The kernel switches to ``feedback`` when there is no agent; be safe anyway.
             return ReflectionResult(should_retry=True, reason=context.error_text)
@@ -144,6 +143,10 @@ class LLMReflector:
             answer = await context.agent.prompt(prompt, overrides)
         else:
             failing = context.agent
+            # Imported here: anthropic takes a second to import, and loading the
+            # plugin must stay cheap for every host (the CLI above all).
+            from groundswell import Agent
+
             reflector = Agent(
                 name=f"{failing.name}.reflection",
                 model=context.config.model or failing.config["model"],
