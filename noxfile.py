@@ -70,8 +70,9 @@ def docs(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """Run the benchmarks; results go to benchmarks/results/*.json."""
     # tokenizers reads the reference tokenizer of bench_token_accuracy.py; the
-    # history extra and psycopg serve bench_history.py (SQLite and PostgreSQL).
-    session.install("-e", ".[history]", "tokenizers", "psycopg[binary]")
+    # history extra and psycopg serve bench_history.py (SQLite and PostgreSQL),
+    # the durable extra bench_durable.py.
+    session.install("-e", ".[history,durable]", "tokenizers", "psycopg[binary]")
     # Benchmarks measure the kernel alone; installed plugins would skew them.
     env = {"GROUNDSWELL_LOAD_PLUGINS": ""}
     for path in sorted(glob.glob("benchmarks/bench_*.py")):

@@ -23,6 +23,7 @@ from .errors import (
     WorkflowError,
 )
 from .events import Event, Sink, SinkHub
+from .execution import ExecutionEngine, WorkflowCall
 from .extraction import Extract
 from .hooks import PromptBlocked
 from .hookspecs import (
@@ -30,6 +31,7 @@ from .hookspecs import (
     CliCommand,
     ContextProvider,
     EventSink,
+    ExecutionBackend,
     ReflectionStrategy,
     TokenCounter,
     ToolProvider,
@@ -90,6 +92,8 @@ __all__ = [
     "EventNode",
     "EventSink",
     "EventTree",
+    "ExecutionBackend",
+    "ExecutionEngine",
     "Extract",
     "ExtractionError",
     "Frame",
@@ -128,6 +132,7 @@ __all__ = [
     "ToolError",
     "ToolProvider",
     "Workflow",
+    "WorkflowCall",
     "WorkflowContext",
     "WorkflowError",
     "WorkflowResult",

@@ -20,6 +20,7 @@ __all__ = [
     "CliCommand",
     "ContextProvider",
     "EventSink",
+    "ExecutionBackend",
     "HookResult",
     "ReflectionStrategy",
     "TokenCounter",
@@ -99,6 +100,16 @@ class ContextProvider(_Record):
     """
 
 
+@dataclass(frozen=True, slots=True)
+class ExecutionBackend(_Record):
+    """Where workflows and steps run: ``factory()`` returns an `ExecutionEngine`.
+
+    The kernel's ``local`` backend runs them in-process; a durable backend
+    (``Workflow(durable=True)``) checkpoints steps and runs queued workflows
+    on workers. One engine per name per process.
+    """
+
+
 HookResult: TypeAlias = "_Record | Iterable[_Record] | None"
 
 
@@ -120,6 +131,11 @@ def register_cli_commands() -> HookResult:
 @hookspec
 def register_context_providers() -> HookResult:
     """Return the `ContextProvider` records this plugin adds."""
+
+
+@hookspec
+def register_execution_backends() -> HookResult:
+    """Return the `ExecutionBackend` records this plugin adds."""
 
 
 @hookspec

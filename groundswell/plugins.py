@@ -33,6 +33,7 @@ from .hookspecs import (
     CliCommand,
     ContextProvider,
     EventSink,
+    ExecutionBackend,
     ReflectionStrategy,
     TokenCounter,
     ToolProvider,
@@ -52,6 +53,7 @@ _HOOK_RECORDS: dict[str, type[Any]] = {
     "register_context_providers": ContextProvider,
     "register_cli_commands": CliCommand,
     "register_token_counters": TokenCounter,
+    "register_execution_backends": ExecutionBackend,
 }
 R = TypeVar(
     "R",
@@ -62,6 +64,7 @@ R = TypeVar(
     TokenCounter,
     ContextProvider,
     CliCommand,
+    ExecutionBackend,
 )
 
 
@@ -119,11 +122,12 @@ class PluginManager:
         # The kernel's own hook implementations (the ``feedback`` reflection strategy,
         # the ``estimate`` and ``anthropic`` token counters) register like any plugin,
         # so every collector sees them, and no allow-list can switch them off.
-        from . import reflection, tokens
+        from . import execution, reflection, tokens
 
         kernel = SimpleNamespace(
             register_reflection_strategies=reflection.register_reflection_strategies,
             register_token_counters=tokens.register_token_counters,
+            register_execution_backends=execution.register_execution_backends,
         )
         self._infos[BUILTIN] = PluginInfo(name=BUILTIN, source="builtin")
         self._register(kernel, self._infos[BUILTIN], always_raise=True)
@@ -334,6 +338,10 @@ class PluginManager:
     def token_counters(self) -> dict[str, TokenCounter]:
         """Token counters by name."""
         return self._collect("register_token_counters", TokenCounter)
+
+    def execution_backends(self) -> dict[str, ExecutionBackend]:
+        """Execution backends (``local``, and durable ones such as ``dbos``) by name."""
+        return self._collect("register_execution_backends", ExecutionBackend)
 
     # -- event sinks -----------------------------------------------------------------
 

@@ -201,15 +201,21 @@ class EventTree:
         *,
         payload: dict[str, Any] | None = None,
         trusted: bool = False,
+        id: str | None = None,
     ) -> EventNode:
         """Add a running node under ``parent`` (the root when ``parent`` is None).
 
         ``payload`` is recorded JSON-safe, with secrets scrubbed; ``trusted=True``
         skips that for payloads the caller built from plain, secret-free values.
+        ``id`` gives the node that id (one not yet in the tree) instead of a fresh one.
         """
         if payload and not trusted:
             payload = jsonable(payload)
-        node = EventNode(type, name, parent_id=parent.id if parent else None, payload=payload)
+        if id is not None and id in self._nodes:
+            raise ValueError(f"node id {id!r} is already in this tree")
+        node = EventNode(
+            type, name, id=id, parent_id=parent.id if parent else None, payload=payload
+        )
         self._attach(node, parent)
         if self._dispatch is not None:
             self._dispatch(Event("node_start", node, _start_record(node), self._run_id()))
@@ -352,13 +358,62 @@ class EventTree:
 
     # -- serialization -----------------------------------------------------------
 
-    def to_json(self) -> dict[str, Any]:
-        """The tree as ``{"version": 1, "root_id": ..., "nodes": [...]}``, nodes in pre-order."""
+    def to_json(self, *, start: str | None = None) -> dict[str, Any]:
+        """The tree as ``{"version": 1, "root_id": ..., "nodes": [...]}``, nodes in pre-order.
+
+        ``start`` serializes only the subtree under that node (it becomes ``root_id``).
+        """
+        root_id = start if start is not None else (self.root.id if self.root else None)
         return {
             "version": FORMAT_VERSION,
-            "root_id": self.root.id if self.root else None,
-            "nodes": [n.to_dict() for n in self.walk()],
+            "root_id": root_id,
+            "nodes": [n.to_dict() for n in self.walk(start)],
         }
+
+    def mount(self, data: dict[str, Any], parent: EventNode) -> EventNode:
+        """Attach a tree recorded elsewhere (`to_json` output) under ``parent``; return its root.
+
+        For work that ran in another process or an earlier attempt (a queued
+        child run, a step recovered from a checkpoint). Event sinks see every
+        mounted node start and end, as if it had just run here.
+        """
+        if not isinstance(data, dict) or data.get("version") != FORMAT_VERSION:
+            raise ValueError(
+                f"not a Groundswell tree (expected a dict with version {FORMAT_VERSION}); "
+                "pass the output of EventTree.to_json()"
+            )
+        if parent.id not in self._nodes:
+            raise KeyError(f"parent node {parent.id!r} is not in this tree")
+        nodes = [_node_from_record(record) for record in data["nodes"]]
+        if not nodes:
+            raise ValueError("the recorded tree has no nodes")
+        clash = [n.id for n in nodes if n.id in self._nodes]
+        if clash:
+            raise ValueError(f"node id {clash[0]!r} is already in this tree; it was mounted before")
+        by_id: dict[str, EventNode] = {}
+        for i, node in enumerate(nodes):
+            if i == 0:
+                node.parent_id = parent.id
+                above = parent
+            else:
+                found = by_id.get(node.parent_id or "")
+                if found is None:
+                    raise ValueError(
+                        f"node {node.id!r} appears before its parent {node.parent_id!r}"
+                    )
+                above = found
+            by_id[node.id] = node
+            self._attach(node, above)
+        if self._dispatch is not None:
+            run_id = self._run_id()
+            for node in nodes:
+                start = _start_record(node)
+                start.update(status=NodeStatus.RUNNING.value, ended_at=None, metrics={}, error=None)
+                self._dispatch(Event("node_start", node, start, run_id))
+            for node in reversed(nodes):
+                if node.status is not NodeStatus.RUNNING:
+                    self._dispatch(Event("node_end", node, _end_record(node), run_id))
+        return nodes[0]
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> EventTree:
@@ -564,6 +619,8 @@ def label_parts(node: EventNode) -> list[tuple[str, str]]:
     if "cache" in node.metrics:
         hit = node.metrics["cache"] == "hit"
         parts.append(("⚡ cache hit" if hit else "cache miss", "bold magenta" if hit else "dim"))
+    if node.metrics.get("recovered"):
+        parts.append(("↺ recovered", "bold green"))
     if node.error:
         message = scrub(str(node.error["message"]))[:80]
         parts.append((f"{node.error['type']}: {message}", "red"))

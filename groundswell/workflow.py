@@ -26,6 +26,7 @@ from ._serialize import error_record, jsonable
 from .budget import TokenBudget, _scope, check_budget
 from .context import Frame, _frame, new_run_tree
 from .errors import ConfigurationError, StepTimeout, WorkflowError
+from .execution import LOCAL, LocalEngine, WorkflowCall, durable_backend_name, get_engine
 from .reflection import ReflectionAPI, ReflectionConfig, resolve_config, retry_step
 from .tree import EventNode, EventTree, NodeStatus, NodeType
 
@@ -129,6 +130,7 @@ class WorkflowContext:
     """What a workflow function gets as ``ctx``: steps, state, spawning, its node and tree."""
 
     __slots__ = (
+        "_engine",
         "_last_state",
         "_tree",
         "cache",
@@ -145,8 +147,11 @@ class WorkflowContext:
         tree: EventTree,
         node: EventNode,
         parent_workflow_id: str | None,
+        engine: Any = None,
     ) -> None:
         self.workflow = workflow
+        #: The execution engine steps go through; None runs them in-process.
+        self._engine = engine
         self._tree = tree
         self.node = node
         self.parent_workflow_id = parent_workflow_id
@@ -296,14 +301,23 @@ class WorkflowContext:
         if attempt is not None:
             node.metrics["attempt"] = attempt
         token = _frame.set(Frame(tree, node, self))
+        engine = self._engine
         try:
             if timeout is None:
-                result = await _call(name, fn)
+                if engine is None:
+                    result = await _call(name, fn)
+                else:
+                    result = await engine.run_step(self, node, functools.partial(_call, name, fn))
             else:
                 timer = asyncio.timeout(timeout)
                 try:
                     async with timer:
-                        result = await _call(name, fn)
+                        if engine is None:
+                            result = await _call(name, fn)
+                        else:
+                            result = await engine.run_step(
+                                self, node, functools.partial(_call, name, fn)
+                            )
                 except TimeoutError as exc:
                     if not timer.expired():
                         raise
@@ -338,9 +352,15 @@ class WorkflowContext:
         finally:
             _frame.reset(token)
 
-    async def spawn_workflow(self, wf: Workflow[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+    async def spawn_workflow(
+        self, wf: Workflow[..., R], *args: Any, queue: str | None = None, **kwargs: Any
+    ) -> R:
         """Run ``wf`` as a child of the current node and return its output.
 
+        With ``queue``, the child is handed to the durable execution backend,
+        which runs it on a worker listening to that queue (``groundswell worker
+        --queue NAME``), possibly on another machine; a ``spawn`` node marks the
+        hand-off and the child's tree mounts under it when it completes.
         Raises `WorkflowError` (naming the failing node) if the child fails.
         """
         if not isinstance(wf, Workflow):
@@ -348,8 +368,33 @@ class WorkflowContext:
                 f"spawn_workflow() needs a Workflow, got {type(wf).__name__}; "
                 "decorate the function with @workflow or wrap it in Workflow(fn)"
             )
-        result = await wf.run(*args, **kwargs)
-        return cast("R", result.output)
+        if queue is None:
+            result = await wf.run(*args, **kwargs)
+            return cast("R", result.output)
+        if not isinstance(queue, str) or not queue.strip():
+            raise ConfigurationError(
+                f"spawn_workflow(queue=...) must be a non-empty queue name, got {queue!r}"
+            )
+        engine = self._engine
+        if engine is None:
+            engine = get_engine(durable_backend_name(wf.durable or True))
+        tree = self._tree
+        frame = _frame.get()
+        parent = frame.node if frame is not None and frame.tree is tree else self.node
+        payload: dict[str, Any] = {"queue": queue}
+        if args or kwargs:
+            payload["input"] = {"args": args, "kwargs": kwargs}
+        node = tree.start_node(NodeType.SPAWN, wf.name, parent, payload=payload)
+        token = _frame.set(Frame(tree, node, self))
+        try:
+            output = await engine.spawn(self, node, WorkflowCall(wf, args, kwargs), queue)
+        except BaseException as exc:
+            _end_failed(tree, node, exc)
+            raise
+        finally:
+            _frame.reset(token)
+        tree.end_node(node, NodeStatus.COMPLETED, output=output, record_output=True)
+        return cast("R", output)
 
     def snapshot_state(self) -> dict[str, Any]:
         """A deep copy of ``state``, also recorded as a ``state_snapshot`` event.
@@ -436,6 +481,10 @@ class Workflow(Generic[P, T]):
     the ``feedback`` strategy is used). ``token_budget`` (a
     `TokenBudget`) applies to agent prompts in the run that
     set no budget of their own; its ``per_step`` entries to those in named steps.
+    ``durable=True`` runs it on the durable execution backend (``dbos``, from
+    ``pip install "groundswell[durable]"``): each step's output is checkpointed,
+    and a run that crashed is finished by a new process without repeating the
+    completed steps. A backend name picks another backend.
     """
 
     def __init__(
@@ -448,6 +497,7 @@ class Workflow(Generic[P, T]):
         reflection: ReflectionConfig | None = None,
         reflection_agent: Any = None,
         token_budget: TokenBudget | None = None,
+        durable: bool | str = False,
     ) -> None:
         if not inspect.iscoroutinefunction(executor):
             raise ConfigurationError(
@@ -476,6 +526,15 @@ class Workflow(Generic[P, T]):
         self.reflection_agent = reflection_agent
         #: The token budget for agent prompts in this run that set none of their own.
         self.token_budget = check_budget(token_budget, label)
+        if not isinstance(durable, bool | str) or (isinstance(durable, str) and not durable):
+            raise ConfigurationError(
+                f"{label}: durable must be True, False or an execution backend name, "
+                f"got {durable!r}"
+            )
+        #: ``True`` (or a backend name) runs this workflow on a durable execution
+        #: backend: steps are checkpointed and a crashed run can be recovered.
+        self.durable: bool | str = durable
+        self._backend = durable_backend_name(durable)
         self.__doc__ = executor.__doc__
 
     async def run(self, *args: P.args, **kwargs: P.kwargs) -> WorkflowResult[T]:
@@ -485,6 +544,21 @@ class Workflow(Generic[P, T]):
         raises `WorkflowError` (``.node_path``, ``.result`` with the whole
         tree, the original exception as ``__cause__``); cancellation propagates.
         """
+        if self._backend != LOCAL:
+            engine = get_engine(self._backend)
+            if not isinstance(engine, LocalEngine):
+                result = await engine.run_workflow(WorkflowCall(self, args, kwargs))
+                return cast("WorkflowResult[T]", result)
+        return await self._run_here(args, kwargs)
+
+    async def _run_here(
+        self,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        *,
+        run_id: str | None = None,
+        engine: Any = None,
+    ) -> WorkflowResult[T]:
         outer = _frame.get()
         if outer is None:
             tree, parent, parent_wf = new_run_tree(), None, None
@@ -494,8 +568,16 @@ class Workflow(Generic[P, T]):
         payload: dict[str, Any] = {}
         if args or kwargs:
             payload["input"] = {"args": args, "kwargs": kwargs}
-        node = tree.start_node(NodeType.WORKFLOW, self.name, parent, payload=payload)
-        ctx = WorkflowContext(self, tree, node, parent_wf)
+        node = tree.start_node(NodeType.WORKFLOW, self.name, parent, payload=payload, id=run_id)
+        # A plain workflow run inside a durable one shares its engine, so its steps
+        # are checkpointed with the outer run's.
+        if engine is None and self._backend != LOCAL:
+            engine = get_engine(self._backend)
+        elif engine is None and outer is not None and outer.workflow is not None:
+            engine = outer.workflow._engine
+        if isinstance(engine, LocalEngine):
+            engine = None
+        ctx = WorkflowContext(self, tree, node, parent_wf, engine)
         if ctx.cache is None and outer is not None and outer.workflow is not None:
             ctx.cache = outer.workflow.cache
         token = _frame.set(Frame(tree, node, ctx))
@@ -648,6 +730,7 @@ def create_workflow(
     reflection: ReflectionConfig | None = None,
     reflection_agent: Any = None,
     token_budget: TokenBudget | None = None,
+    durable: bool | str = False,
 ) -> Workflow[P, T]:
     """Build a `Workflow` at run time; it mounts wherever it is run."""
     return Workflow(
@@ -658,6 +741,7 @@ def create_workflow(
         reflection=reflection,
         reflection_agent=reflection_agent,
         token_budget=token_budget,
+        durable=durable,
     )
 
 
@@ -672,6 +756,7 @@ def workflow(
     reflection: ReflectionConfig | None = None,
     reflection_agent: Any = None,
     token_budget: TokenBudget | None = None,
+    durable: bool | str = False,
 ) -> Callable[[Callable[Concatenate[WorkflowContext, P], Awaitable[T]]], Workflow[P, T]]: ...
 
 
@@ -685,6 +770,7 @@ def workflow(
     reflection: ReflectionConfig | None = None,
     reflection_agent: Any = None,
     token_budget: TokenBudget | None = None,
+    durable: bool | str = False,
 ) -> Any:
     """Make a `Workflow` from an async function: ``@workflow`` or ``@workflow(name=...)``.
 
@@ -697,6 +783,7 @@ def workflow(
         "reflection": reflection,
         "reflection_agent": reflection_agent,
         "token_budget": token_budget,
+        "durable": durable,
     }
     if fn is not None:
         return Workflow(fn, **options)

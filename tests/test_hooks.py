@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextvars
 import inspect
 import re
 import sys
@@ -20,12 +22,16 @@ from groundswell import (
     ContextProvider,
     ContextRequest,
     EventSink,
+    ExecutionBackend,
     PluginManager,
     ReflectionStrategy,
     TokenCounter,
     ToolProvider,
+    WorkflowCall,
     WorkflowContext,
+    WorkflowResult,
     cli,
+    execution,
     get_plugin_manager,
     hookimpl,
     hookspecs,
@@ -165,6 +171,70 @@ async def test_hook_register_token_counters() -> None:
     assert await counters["estimate"].factory().count(request) > 3  # framing tokens too
 
 
+class CountingEngine:
+    """An execution engine that runs everything here and records what went through it."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    async def run_workflow(self, call: WorkflowCall) -> WorkflowResult[Any]:
+        self.seen.append(f"workflow {call.workflow.name} {call.args}")
+        return await call.run_here(run_id=f"run-{len(self.seen)}")
+
+    async def run_step(self, ctx: WorkflowContext, node: Any, call: Any) -> Any:
+        self.seen.append(f"step {node.name}")
+        return await call()
+
+    async def spawn(self, ctx: WorkflowContext, node: Any, call: WorkflowCall, queue: str) -> Any:
+        self.seen.append(f"spawn {call.workflow.name} on {queue}")
+        # Stands in for a run elsewhere: run it in a tree of its own, then mount that.
+        with_tree = await asyncio.create_task(call.run_here(), context=contextvars.Context())
+        ctx.event_tree.mount(with_tree.tree.to_json(), node)
+        return with_tree.output
+
+
+@workflow(name="leaf")
+async def _leaf(ctx: WorkflowContext, x: int) -> int:
+    return await ctx.step("square", lambda: x * x)
+
+
+async def test_hook_register_execution_backends() -> None:
+    engine = CountingEngine()
+
+    class Plugin:
+        @hookimpl
+        def register_execution_backends(self) -> ExecutionBackend:
+            return ExecutionBackend(name="counting", factory=lambda: engine)
+
+    @workflow(name="durable-here", durable="counting")
+    async def durable_here(ctx: WorkflowContext, x: int) -> int:
+        squared = await ctx.step("first", lambda: _leaf.run(x))
+        return await ctx.spawn_workflow(_leaf, squared.output, queue="q")
+
+    manager = get_plugin_manager()
+    name = manager.register(Plugin(), name="counting-plugin")
+    try:
+        assert {"local", "counting"} <= set(manager.execution_backends())
+        result = await durable_here.run(3)
+    finally:
+        manager.unregister(name)
+        execution._reset_engines()
+    assert result.output == 81 and result.workflow_id == "run-1"
+    # The step, the plain workflow inside it and its step all went through the engine;
+    # the spawned run ran "elsewhere" (a context of its own), so its step did not.
+    assert engine.seen == [
+        "workflow durable-here (3,)",
+        "step first",
+        "step square",
+        "spawn leaf on q",
+    ]
+    tree = result.tree
+    spawn = tree.root.children[1]
+    assert (spawn.type.value, spawn.payload["queue"]) == ("spawn", "q")
+    (mounted,) = spawn.children
+    assert mounted.name == "leaf" and [c.name for c in mounted.children] == ["square"]
+
+
 async def test_hook_register_context_providers() -> None:
     class Plugin:
         @hookimpl
@@ -228,6 +298,7 @@ def test_every_hook_has_a_test_and_a_documented_signature() -> None:
         "register_cli_commands",
         "register_context_providers",
         "register_event_sinks",
+        "register_execution_backends",
         "register_reflection_strategies",
         "register_token_counters",
         "register_tool_providers",

@@ -186,12 +186,22 @@ def test_records_validate_their_fields() -> None:
         (
             None,
             None,
-            {"lru", "redis", "reflection", "introspection", "otel", "jsonl", "history", "good"},
+            {
+                "lru",
+                "redis",
+                "reflection",
+                "introspection",
+                "otel",
+                "jsonl",
+                "history",
+                "dbos",
+                "good",
+            },
         ),
         ("", None, set()),
         ("good", None, {"good"}),
         ("good,lru", "lru", {"good"}),
-        (None, "lru, good, redis, reflection, introspection, otel, jsonl, history", set()),
+        (None, "lru, good, redis, reflection, introspection, otel, jsonl, history, dbos", set()),
     ],
 )
 def test_env_allow_and_deny_lists(

@@ -1,0 +1,193 @@
+"""The execution seam: where workflows and steps run.
+
+Running a workflow (`Workflow.run`), running a step (`WorkflowContext.step`)
+and spawning a workflow on a queue (``ctx.spawn_workflow(..., queue=)``) go
+through an `ExecutionEngine` chosen by name. The kernel's ``local`` engine is
+today's in-process behaviour and costs nothing: the kernel skips the seam
+entirely for it. Durable engines come from plugins through the
+``register_execution_backends`` hook (the bundled ``dbos`` engine checkpoints
+steps in Postgres or SQLite and runs queued workflows on workers).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from .errors import ConfigurationError, PluginError
+from .hookspecs import ExecutionBackend, hookimpl
+
+if TYPE_CHECKING:
+    from .tree import EventNode
+    from .workflow import Workflow, WorkflowContext, WorkflowResult
+
+__all__ = [
+    "LOCAL",
+    "ExecutionEngine",
+    "WorkflowCall",
+    "durable_backend_name",
+    "get_engine",
+]
+
+LOCAL = "local"
+#: The backend ``durable=True`` means, unless ``GROUNDSWELL_DURABLE_BACKEND`` names another.
+DEFAULT_DURABLE = "dbos"
+
+
+class WorkflowCall:
+    """One run of a workflow, as an engine receives it: the workflow and its arguments.
+
+    ``run_here()`` runs it in this process with the kernel's own machinery
+    (mounting under the current node, statuses, reflection); an engine calls it
+    from inside whatever durable context it sets up. ``run_id`` makes the run's
+    workflow node take that id (an engine's own run id, so a recovered run keeps
+    the same id).
+    """
+
+    __slots__ = ("args", "kwargs", "outcome", "workflow")
+
+    def __init__(
+        self, workflow: Workflow[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> None:
+        self.workflow = workflow
+        self.args = args
+        self.kwargs = kwargs
+        #: What ``run_here`` produced in this process: a `WorkflowResult`, or the
+        #: `WorkflowError` it raised; ``None`` if it never ran here.
+        self.outcome: WorkflowResult[Any] | BaseException | None = None
+
+    async def run_here(
+        self, *, run_id: str | None = None, engine: ExecutionEngine | None = None
+    ) -> WorkflowResult[Any]:
+        """Run the workflow in this process and return its result (raises `WorkflowError`).
+
+        ``engine`` runs the steps of this run (and of plain workflows inside it);
+        by default the workflow's own backend does.
+        """
+        try:
+            result = await self.workflow._run_here(
+                self.args, self.kwargs, run_id=run_id, engine=engine
+            )
+        except BaseException as exc:
+            self.outcome = exc
+            raise
+        self.outcome = result
+        return result
+
+    def __repr__(self) -> str:
+        return f"WorkflowCall({self.workflow.name!r}, {len(self.args)} args)"
+
+
+@runtime_checkable
+class ExecutionEngine(Protocol):
+    """What an execution backend's factory returns."""
+
+    async def run_workflow(self, call: WorkflowCall) -> WorkflowResult[Any]:
+        """Run ``call`` (usually by calling ``call.run_here()`` inside a durable context)."""
+        ...
+
+    async def run_step(
+        self, ctx: WorkflowContext, node: EventNode, call: Callable[[], Awaitable[Any]]
+    ) -> Any:
+        """Run one step's body ``call()`` for the step ``node``; return its output."""
+        ...
+
+    async def spawn(
+        self, ctx: WorkflowContext, node: EventNode, call: WorkflowCall, queue: str
+    ) -> Any:
+        """Run ``call`` on ``queue`` (elsewhere), mount its tree under ``node``, return its output."""
+        ...
+
+
+class LocalEngine:
+    """The in-process engine. The kernel bypasses it; it exists to be listed and named."""
+
+    async def run_workflow(self, call: WorkflowCall) -> WorkflowResult[Any]:
+        return await call.run_here()
+
+    async def run_step(
+        self, ctx: WorkflowContext, node: EventNode, call: Callable[[], Awaitable[Any]]
+    ) -> Any:
+        return await call()
+
+    async def spawn(
+        self, ctx: WorkflowContext, node: EventNode, call: WorkflowCall, queue: str
+    ) -> Any:
+        raise ConfigurationError(
+            f"spawn_workflow(queue={queue!r}) needs a distributed execution backend; the "
+            'local one has no queues. Install one (pip install "groundswell[durable]") or '
+            "leave queue= out to run the workflow here"
+        )
+
+
+@hookimpl
+def register_execution_backends() -> ExecutionBackend:
+    """The kernel's ``local`` backend."""
+    return ExecutionBackend(name=LOCAL, factory=LocalEngine, description="in-process (the default)")
+
+
+_engines: dict[str, ExecutionEngine] = {}
+_lock = threading.Lock()
+
+
+def durable_backend_name(durable: bool | str) -> str:
+    """The backend name a ``durable=`` setting means (``True``: the default durable one)."""
+    if durable is True:
+        return os.environ.get("GROUNDSWELL_DURABLE_BACKEND") or DEFAULT_DURABLE
+    if durable is False:
+        return LOCAL
+    return durable
+
+
+def get_engine(name: str) -> ExecutionEngine:
+    """The process-wide engine of the backend named ``name`` (created on first use).
+
+    Raises `ConfigurationError` naming the installed backends when none has that name.
+    """
+    engine = _engines.get(name)
+    if engine is not None:
+        return engine
+    from .plugins import get_plugin_manager
+
+    with _lock:
+        engine = _engines.get(name)
+        if engine is not None:
+            return engine
+        manager = get_plugin_manager()
+        backends = manager.execution_backends()
+        record = backends.get(name)
+        if record is None:
+            hint = (
+                ' (pip install "groundswell[durable]" for the bundled one)'
+                if name == DEFAULT_DURABLE
+                else ""
+            )
+            problems = "".join(f"; plugin {p!r}: {e[-1]}" for p, e in manager.errors.items())
+            raise ConfigurationError(
+                f"no execution backend named {name!r}{hint}; "
+                f"installed: {', '.join(sorted(backends)) or 'none'}{problems}"
+            )
+        try:
+            made = record.factory()
+        except (ConfigurationError, PluginError):
+            raise
+        except Exception as exc:
+            raise ConfigurationError(
+                f"execution backend {name!r} could not start: {type(exc).__name__}: {exc}"
+            ) from exc
+        if not isinstance(made, ExecutionEngine):
+            raise PluginError(
+                f"execution backend {name!r}: factory returned {type(made).__name__}, which "
+                "lacks run_workflow/run_step/spawn",
+                plugin=name,
+            )
+        _engines[name] = made
+        return made
+
+
+def _reset_engines() -> None:
+    """Forget created engines (tests that swap plugins)."""
+    with _lock:
+        _engines.clear()

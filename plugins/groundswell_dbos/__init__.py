@@ -1,0 +1,143 @@
+"""Durable and distributed runs on DBOS (Postgres or SQLite): the ``dbos`` execution backend.
+
+```python
+@workflow(name="nightly", durable=True)
+async def nightly(ctx, day: str) -> dict: ...
+
+await nightly.run("2026-11-23")               # each step checkpointed
+results = await groundswell_dbos.recover()    # in a new process, after a crash
+await ctx.spawn_workflow(report, region, queue="reports")   # on a worker
+```
+
+Workers: ``groundswell worker --queue reports``. Settings come from DBOS:
+``groundswell_dbos.configure(system_database_url=...)`` or
+``DBOS_SYSTEM_DATABASE_URL`` (default: SQLite in ``~/.groundswell``).
+Needs ``pip install "groundswell[durable]"``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+from groundswell import (
+    CliCommand,
+    ConfigurationError,
+    ExecutionBackend,
+    GroundswellError,
+    WorkflowResult,
+    hookimpl,
+)
+
+__all__ = ["CheckpointError", "configure", "executor_id", "recover"]
+
+_INSTALL = 'durable runs need DBOS: pip install "groundswell[durable]"'
+
+
+class CheckpointError(GroundswellError):
+    """A durable workflow's arguments, a step's output or a run's result cannot be checkpointed.
+
+    Checkpoints are pickled: use plain data (dicts, lists, strings, numbers,
+    dataclasses or pydantic models defined at module level).
+    """
+
+
+def _require_dbos() -> None:
+    try:
+        import dbos  # noqa: F401
+    except ImportError as exc:
+        raise ConfigurationError(f"{_INSTALL} ({exc})") from exc
+
+
+def _make_engine() -> Any:
+    _require_dbos()
+    from ._engine import ENGINE
+
+    return ENGINE
+
+
+@hookimpl
+def register_execution_backends() -> ExecutionBackend:
+    return ExecutionBackend(
+        name="dbos",
+        factory=_make_engine,
+        description="durable runs and queued workflows on DBOS (Postgres or SQLite)",
+    )
+
+
+@hookimpl
+def register_cli_commands() -> CliCommand:
+    def setup(parser: Any) -> None:
+        from .cli import add_arguments
+
+        add_arguments(parser)
+
+    return CliCommand(
+        name="worker",
+        factory=setup,
+        description="run queued durable workflows: groundswell worker --queue NAME",
+    )
+
+
+def configure(**config: Any) -> None:
+    """Set DBOS settings (``DBOSConfig`` keys, e.g. ``system_database_url``) before the first run.
+
+    Raises `ConfigurationError` once DBOS has launched in this process.
+    """
+    _require_dbos()
+    from . import _runtime
+
+    _runtime.configure(**config)
+
+
+def executor_id() -> str:
+    """This process's DBOS executor id (``local`` unless ``DBOS__VMID`` or a worker sets one)."""
+    _require_dbos()
+    from . import _runtime
+
+    return _runtime.executor_id()
+
+
+async def recover(
+    *, executor_ids: Sequence[str] | None = None, timeout: float | None = None
+) -> list[WorkflowResult[Any]]:
+    """Finish the durable runs of processes that died, and return their results.
+
+    Every process holds a lock for its executor id while it lives; the runs of
+    executors whose lock is free are handed back and finished (here, or by any
+    worker), and this waits for them. ``executor_ids`` limits it to those
+    executors. Each result carries the whole tree: steps finished before the
+    crash come back from their checkpoints, marked ``recovered``. A run that
+    fails is returned with ``status`` ``failed`` (``.error`` says why). Queued
+    children of dead workers go back to their queues and are not returned.
+    """
+    _require_dbos()
+    from dbos import DBOS
+    from dbos._utils import INTERNAL_QUEUE_NAME
+
+    from . import _runtime
+    from ._engine import WORKFLOW_NAME, DurableRunFailed, result_of
+
+    if not _runtime.is_launched():
+        await asyncio.to_thread(_runtime.launch)
+    only = list(executor_ids) if executor_ids else None
+    dead = await asyncio.to_thread(_runtime.dead_executors, WORKFLOW_NAME, only=only)
+    runs = [
+        status.workflow_id
+        for statuses in dead.values()
+        for status in statuses
+        if status.parent_workflow_id is None and status.queue_name in (None, INTERNAL_QUEUE_NAME)
+    ]
+    if dead:
+        await asyncio.to_thread(DBOS._recover_pending_workflows, list(dead))
+
+    async def finish(workflow_id: str) -> WorkflowResult[Any]:
+        handle: Any = await DBOS.retrieve_workflow_async(workflow_id)
+        try:
+            record: Any = await handle.get_result()
+        except DurableRunFailed as exc:
+            record = exc
+        return result_of(record)
+
+    return list(await asyncio.wait_for(asyncio.gather(*map(finish, runs)), timeout=timeout))

@@ -1,0 +1,312 @@
+"""The DBOS instance Groundswell runs on: settings, launch, and executor liveness.
+
+DBOS recovers a crashed process's workflows when a process with the same
+executor id starts again. Workers on several machines need more: when one dies
+mid-run, another must take its work over. Every Groundswell process therefore
+holds a *shared* lock named after its executor id for as long as it lives (a
+PostgreSQL advisory lock on its own connection, or a file lock next to a
+SQLite database). The lock goes away with the process, however it dies, so a
+worker that can take the lock *exclusively* knows no live process has that id,
+and hands the dead executor's pending workflows back to their queues.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import logging
+import os
+import socket
+import threading
+import zlib
+from pathlib import Path
+from typing import Any
+
+from groundswell import ConfigurationError
+
+__all__ = ["configure", "executor_id", "launch", "liveness", "settings", "shutdown"]
+
+logger = logging.getLogger("groundswell.dbos")
+
+APP_NAME = "groundswell"
+# The first key of the two-key advisory lock form: "gS", so ours never clash with
+# an application's single-key locks.
+_LOCK_CLASS = 0x6753
+
+_lock = threading.RLock()
+_settings: dict[str, Any] = {}
+_launched = False
+_listening: list[str] | None = None
+_liveness: Liveness | None = None
+
+
+def _home() -> Path:
+    return Path(os.environ.get("GROUNDSWELL_HOME") or Path.home() / ".groundswell")
+
+
+def configure(**config: Any) -> None:
+    """Set DBOS settings (``DBOSConfig`` keys) before the first durable run or worker.
+
+    ``system_database_url`` is the one that matters: a PostgreSQL URL for runs
+    shared by several processes or machines, or a SQLite URL for one machine.
+    Without it, ``DBOS_SYSTEM_DATABASE_URL`` is used, else
+    ``sqlite:///~/.groundswell/dbos.sqlite``. Raises `ConfigurationError`
+    once DBOS has launched.
+    """
+    with _lock:
+        if _launched:
+            raise ConfigurationError(
+                "groundswell_dbos.configure() must be called before the first durable run; "
+                "DBOS has already launched in this process"
+            )
+        _settings.update(config)
+
+
+def settings() -> dict[str, Any]:
+    """The ``DBOSConfig`` Groundswell launches DBOS with."""
+    config: dict[str, Any] = {"name": APP_NAME, "log_level": "WARNING", **_settings}
+    if not config.get("system_database_url"):
+        url = os.environ.get("DBOS_SYSTEM_DATABASE_URL")
+        if not url:
+            home = _home()
+            home.mkdir(parents=True, exist_ok=True)
+            url = f"sqlite:///{home / 'dbos.sqlite'}"
+        config["system_database_url"] = url
+    return config
+
+
+def launch(*, listen: list[str] | None = None, executor: str | None = None) -> None:
+    """Launch DBOS once per process (or adopt one the application launched).
+
+    ``listen`` names the queues this process takes work from (a worker); by
+    default a process only enqueues. ``executor`` sets the executor id (default:
+    host, pid and a random suffix; ``DBOS__VMID`` or a configured
+    ``executor_id`` win, as in DBOS).
+    """
+    global _launched, _listening, _liveness
+    with _lock:
+        if _launched:
+            if listen and sorted(listen) != sorted(_listening or []):
+                raise ConfigurationError(
+                    f"DBOS already runs in this process listening to {_listening or []}; "
+                    f"a worker for {listen} needs a process of its own"
+                )
+            return
+        import dbos._dbos as dbos_state
+        from dbos import DBOS
+
+        instance = dbos_state._dbos_global_instance
+        if instance is None:
+            config = settings()
+            if not os.environ.get("DBOS__VMID"):
+                # Every process gets an id of its own: DBOS recovers an id's pending runs
+                # when a process with that id launches, which would take over the live
+                # runs of another process sharing it. Dead processes are found by their
+                # locks instead (see recover() and the workers' takeover loop).
+                config.setdefault("executor_id", executor or new_worker_id())
+            try:
+                DBOS(config=config)  # type: ignore[arg-type]
+            except Exception as exc:
+                raise ConfigurationError(
+                    f"DBOS could not start with system database {_safe(config)}: "
+                    f"{type(exc).__name__}: {_first_line(exc)}"
+                ) from exc
+            instance = dbos_state._dbos_global_instance
+        assert instance is not None
+        if not instance._launched:
+            DBOS.listen_queues(list(listen or []))
+            dbos_logger = logging.getLogger("dbos")
+            was = dbos_logger.disabled
+            # A failed launch logs its traceback; the error raised below says it in one line.
+            dbos_logger.disabled = True
+            try:
+                DBOS.launch()
+            except Exception as exc:
+                url = instance._config.get("system_database_url")
+                DBOS.destroy()  # a half-launched instance cannot be launched again
+                raise ConfigurationError(
+                    f"DBOS could not launch on {_redact_url(str(url))}: {type(exc).__name__}: "
+                    f"{_first_line(exc)}; check the URL and that the database server is running"
+                ) from exc
+            finally:
+                dbos_logger.disabled = was
+        _listening = list(listen or [])
+        _liveness = Liveness(str(instance._config["system_database_url"]), executor_id())
+        _liveness.hold()
+        _launched = True
+        logger.info("DBOS launched as executor %s", executor_id())
+
+
+def shutdown(timeout: float = 5.0) -> None:
+    """Stop DBOS in this process (workers on SIGTERM; tests)."""
+    global _launched, _liveness, _listening
+    with _lock:
+        from dbos import DBOS
+
+        if _launched:
+            DBOS.destroy(workflow_completion_timeout_sec=int(timeout))
+        if _liveness is not None:
+            _liveness.release()
+        _launched, _liveness, _listening = False, None, None
+
+
+def is_launched() -> bool:
+    """True once this process has launched DBOS through Groundswell."""
+    return _launched
+
+
+def executor_id() -> str:
+    """This process's DBOS executor id."""
+    from dbos._utils import GlobalParams
+
+    return str(GlobalParams.executor_id)
+
+
+def new_worker_id() -> str:
+    """A unique executor id for a worker: host, process id and a random suffix."""
+    return f"{socket.gethostname()}-{os.getpid()}-{os.urandom(3).hex()}"
+
+
+def liveness() -> Liveness:
+    """The liveness locks of this process's system database."""
+    if _liveness is None:
+        raise ConfigurationError("DBOS has not launched in this process")
+    return _liveness
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
+def _safe(config: dict[str, Any]) -> str:
+    return _redact_url(str(config.get("system_database_url", "")))
+
+
+def _redact_url(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        return "(an unparsable URL)"
+
+
+class Liveness:
+    """Who is alive among the executors sharing a system database."""
+
+    def __init__(self, url: str, me: str) -> None:
+        from sqlalchemy.engine import make_url
+
+        parsed = make_url(url)
+        self.me = me
+        self.postgres = parsed.get_backend_name() == "postgresql"
+        if self.postgres:
+            # psycopg takes libpq URLs; drop SQLAlchemy's "+driver" part.
+            self._dsn = parsed.set(drivername="postgresql").render_as_string(hide_password=False)
+        else:
+            db = Path(parsed.database or "dbos.sqlite")
+            self._dir = db.parent / f"{db.name}.executors"
+        self._holder: Any = None
+
+    @staticmethod
+    def _key(executor: str) -> int:
+        # A signed 32-bit number, as the two-key advisory lock functions take.
+        value = zlib.crc32(executor.encode("utf-8"))
+        return value - (1 << 32) if value >= (1 << 31) else value
+
+    def _path(self, executor: str) -> Path:
+        return self._dir / f"{hashlib.sha256(executor.encode()).hexdigest()[:32]}.lock"
+
+    def _connect(self) -> Any:
+        import psycopg
+
+        return psycopg.connect(self._dsn, autocommit=True, connect_timeout=10)
+
+    def hold(self) -> None:
+        """Hold this process's shared lock until it exits."""
+        if self.postgres:
+            self._holder = self._connect()
+            self._holder.execute(
+                "SELECT pg_advisory_lock_shared(%s, %s)", (_LOCK_CLASS, self._key(self.me))
+            )
+        else:
+            self._dir.mkdir(parents=True, exist_ok=True)
+            self._holder = open(self._path(self.me), "a+")  # noqa: SIM115 - held for life
+            fcntl.flock(self._holder, fcntl.LOCK_SH)
+
+    def release(self) -> None:
+        """Let go of the lock (on shutdown)."""
+        if self._holder is not None:
+            with contextlib.suppress(Exception):
+                self._holder.close()
+            self._holder = None
+
+    def is_dead(self, executor: str) -> bool:
+        """True when no live process holds ``executor``'s lock."""
+        if executor == self.me:
+            return False
+        if self.postgres:
+            with self._connect() as conn:
+                row = conn.execute(
+                    "SELECT pg_try_advisory_lock(%s, %s)", (_LOCK_CLASS, self._key(executor))
+                ).fetchone()
+                got = bool(row and row[0])
+                if got:
+                    conn.execute(
+                        "SELECT pg_advisory_unlock(%s, %s)", (_LOCK_CLASS, self._key(executor))
+                    )
+                return got
+        path = self._path(executor)
+        if not path.exists():
+            return True
+        with open(path, "a+") as probe:
+            try:
+                fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False
+            fcntl.flock(probe, fcntl.LOCK_UN)
+            return True
+
+
+def dead_executors(workflow_name: str, *, only: list[str] | None = None) -> dict[str, list[Any]]:
+    """Executors that hold pending runs of ``workflow_name`` but no longer live: id → statuses."""
+    from dbos import DBOS
+
+    pending = DBOS.list_workflows(
+        name=workflow_name,
+        status=["PENDING", "ENQUEUED"],
+        executor_id=only,
+        load_input=False,
+        load_output=False,
+    )
+    owners: dict[str, list[Any]] = {}
+    for status in pending:
+        if status.executor_id:
+            owners.setdefault(status.executor_id, []).append(status)
+    checker = liveness()
+    return {e: runs for e, runs in owners.items() if checker.is_dead(e)}
+
+
+def take_over_dead_executors(workflow_name: str) -> dict[str, int]:
+    """Hand the pending runs of executors that died back to their queues.
+
+    Returns ``{executor id: runs handed back}``. Safe to call from several
+    processes at once: DBOS moves each run back only while it still belongs to
+    the dead executor.
+    """
+    from dbos import DBOS
+
+    dead = dead_executors(workflow_name)
+    pending = {e: sum(s.status == "PENDING" for s in runs) for e, runs in dead.items()}
+    dead = {e: runs for e, runs in dead.items() if pending[e]}
+    if dead:
+        DBOS._recover_pending_workflows(list(dead))
+        for executor in dead:
+            logger.warning(
+                "executor %s is gone; %d of its runs go back to their queues",
+                executor,
+                pending[executor],
+            )
+    return {e: pending[e] for e in dead}
