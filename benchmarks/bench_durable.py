@@ -16,14 +16,12 @@ and dropped). Run with ``nox -s bench`` or
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +33,7 @@ STEPS = 100
 ROUNDS = 5
 CHILDREN = 200
 
-FLOWS = '''
+FLOWS = """
 import asyncio
 from groundswell import WorkflowContext, workflow
 
@@ -67,7 +65,7 @@ async def fanout(ctx: WorkflowContext, n: int, wait_s: float) -> int:
     return sum(await asyncio.gather(
         *(ctx.spawn_workflow(child, i, wait_s, queue="bench") for i in range(n))
     ))
-'''
+"""
 
 STEP_PART = """
 import asyncio, json, statistics, sys, time
@@ -97,24 +95,6 @@ async def main():
 
 asyncio.run(main())
 """
-
-
-@contextlib.contextmanager
-def fresh_database(server_url: str) -> Iterator[str]:
-    """A scratch database on the PostgreSQL server, dropped afterwards."""
-    import psycopg
-    from sqlalchemy.engine import make_url
-
-    server = make_url(server_url).set(drivername="postgresql")
-    name = f"gs_bench_{os.getpid()}_{os.urandom(3).hex()}"
-    admin = server.render_as_string(hide_password=False)
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield server.set(database=name).render_as_string(hide_password=False)
-    finally:
-        with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def _env(url: str) -> dict[str, str]:
@@ -156,9 +136,7 @@ def throughput(project: Path, url: str, workers: int, wait_s: float) -> dict[str
             raise SystemExit("a worker did not start")
         procs.append(proc)
     try:
-        got = _json(
-            [sys.executable, "-c", FAN_PART, str(CHILDREN), str(wait_s)], project, env
-        )
+        got = _json([sys.executable, "-c", FAN_PART, str(CHILDREN), str(wait_s)], project, env)
     finally:
         for proc in procs:
             proc.terminate()
@@ -176,7 +154,10 @@ def throughput(project: Path, url: str, workers: int, wait_s: float) -> dict[str
 
 def main() -> None:
     sys.path.insert(0, str(HERE))
+    sys.path.insert(0, str(HERE.parent))
     from _report import output_dir, write
+
+    from tests.scratch_db import fresh_database
 
     directory = output_dir(__doc__)
     server = os.environ.get(

@@ -393,8 +393,14 @@ async def reflect_once(
         tree.end_node(node, NodeStatus.FAILED, error=exc)
         raise exc from context.error
     token = _frame.set(Frame(tree, node, workflow))
+    engine = workflow._engine if workflow is not None else None
     try:
-        result = await strategy.reflect(context)
+        if engine is None:
+            result = await strategy.reflect(context)
+        else:
+            # In a durable run the reflection is checkpointed like a step, so a
+            # recovered run does not ask the reflecting model again.
+            result = await engine.run_step(workflow, node, lambda: strategy.reflect(context))
         if not isinstance(result, ReflectionResult):
             raise PluginError(
                 f"reflection strategy {chosen!r} returned {type(result).__name__}, "

@@ -303,21 +303,19 @@ class WorkflowContext:
         token = _frame.set(Frame(tree, node, self))
         engine = self._engine
         try:
+            # A durable engine runs the body itself (or returns its checkpoint).
+            body = (
+                _call(name, fn)
+                if engine is None
+                else engine.run_step(self, node, functools.partial(_call, name, fn))
+            )
             if timeout is None:
-                if engine is None:
-                    result = await _call(name, fn)
-                else:
-                    result = await engine.run_step(self, node, functools.partial(_call, name, fn))
+                result = await body
             else:
                 timer = asyncio.timeout(timeout)
                 try:
                     async with timer:
-                        if engine is None:
-                            result = await _call(name, fn)
-                        else:
-                            result = await engine.run_step(
-                                self, node, functools.partial(_call, name, fn)
-                            )
+                        result = await body
                 except TimeoutError as exc:
                     if not timer.expired():
                         raise

@@ -9,7 +9,6 @@ appends a line to a log, which shows what really ran, where, and how often.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -25,6 +24,8 @@ import pytest
 
 from groundswell import EventTree
 from groundswell.testing import FakeAnthropicAPI, FunctionModel, LoopbackServer
+
+from .scratch_db import fresh_database
 
 pytestmark = pytest.mark.slow
 
@@ -133,24 +134,6 @@ results = asyncio.run(groundswell_dbos.recover(timeout=90))
 print(json.dumps([{"status": r.status.value, "output": r.output, "tree": r.tree.to_json()}
                   for r in results]))
 """
-
-
-@contextlib.contextmanager
-def fresh_database(postgres_url: str) -> Iterator[str]:
-    """A new PostgreSQL database on the test server (for DBOS's tables), dropped afterwards."""
-    import psycopg
-    from sqlalchemy.engine import make_url
-
-    server = make_url(postgres_url).set(drivername="postgresql")
-    name = f"gs_durable_{os.getpid()}_{os.urandom(3).hex()}"
-    admin = server.render_as_string(hide_password=False)
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield server.set(database=name).render_as_string(hide_password=False)
-    finally:
-        with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ from groundswell import (
 )
 from groundswell.testing import FakeAnthropicAPI, FunctionModel
 
-from .test_durable import fresh_database
+from .scratch_db import fresh_database
 
 fake = FakeAnthropicAPI(FunctionModel(lambda r: f"seen: {r.last_user_text()}"))
 asker = Agent(name="asker", client=fake.client())
@@ -62,6 +62,26 @@ async def parent(ctx: WorkflowContext) -> int:
     base = await ctx.step("prep", lambda: 2)
     child = await two_steps.run("kids")  # a durable child, straight in the body
     return base + int(child.output["size"])
+
+
+@workflow(name="returns-lock", durable=True)
+async def returns_lock(ctx: WorkflowContext) -> object:
+    await ctx.step("fine", lambda: 1)
+    return threading.Lock()
+
+
+attempts: list[int] = []
+
+
+@workflow(name="retrying", durable=True, enable_reflection=True)
+async def retrying(ctx: WorkflowContext) -> str:
+    def call() -> str:
+        attempts.append(len(attempts) + 1)
+        if len(attempts) == 1:
+            raise TimeoutError("the service did not answer")
+        return f"ok after {len(attempts)}"
+
+    return await ctx.step("call", call)
 
 
 @pytest.fixture(scope="module")
@@ -118,6 +138,23 @@ async def test_a_durable_run_inside_a_durable_run_is_its_dbos_child(durable: str
     assert [s["function_name"] for s in steps] == ["prep", "groundswell.run", "DBOS.getResult"]
 
 
+async def test_reflection_between_attempts_is_checkpointed_like_a_step(durable: str) -> None:
+    from dbos import DBOS
+
+    result = await retrying.run()
+    assert result.output == "ok after 2"
+    assert [f"{c.type.value}:{c.status.value}" for c in result.tree.root.children] == [  # type: ignore[union-attr]
+        "step:failed",
+        "reflection:completed",
+        "step:completed",
+    ]
+    steps = await DBOS.list_workflow_steps_async(result.workflow_id)
+    # The failed attempt, the reflection's decision and the retry, in order.
+    assert [s["function_name"] for s in steps] == ["call", "call", "call"]
+    assert isinstance(steps[0]["error"], TimeoutError)
+    assert steps[1]["output"]["output"].should_retry is True
+
+
 async def test_a_failing_durable_run_raises_the_original_error_with_its_tree(
     durable: str,
 ) -> None:
@@ -144,6 +181,13 @@ async def test_a_step_output_that_cannot_be_checkpointed_is_a_clear_error(durabl
     assert "step 'make-lock' returned a value that cannot be checkpointed" in str(cause)
     assert "use plain data" in str(cause) or "return plain data" in str(cause)
     assert info.value.node_path == "locked/make-lock"
+
+
+async def test_a_result_that_cannot_be_checkpointed_is_a_clear_error(durable: str) -> None:
+    from groundswell_dbos import CheckpointError
+
+    with pytest.raises(CheckpointError, match="the output of durable workflow 'returns-lock'"):
+        await returns_lock.run()
 
 
 async def test_arguments_that_cannot_be_checkpointed_are_refused_before_the_run(
