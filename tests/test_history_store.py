@@ -158,7 +158,9 @@ def test_relevant_sessions_rank_filter_and_stay_per_agent(store: HistoryStore) -
 def test_memory_remember_recall_forget_and_ttl(store: HistoryStore) -> None:
     store.remember("a", "style", "Answer in British English", kind="preference", importance=0.9)
     store.remember("a", "repo", "The repo uses uv", importance=0.4)
-    store.remember("a", "tmp", "short-lived", ttl=0.05)
+    # Long enough to outlive the calls below on a loaded machine (CI has two cores).
+    store.remember("a", "tmp", "short-lived", ttl=1.0)
+    tmp_expires = time.time() + 1.0
     store.remember("b", "style", "Terse")
     first = store.recall("a", "style")
     assert first is not None and first.content == "Answer in British English"
@@ -168,7 +170,7 @@ def test_memory_remember_recall_forget_and_ttl(store: HistoryStore) -> None:
     # Replacing keeps one memory under the key.
     store.remember("a", "repo", "The repo uses pip", importance=0.5)
     assert [m.key for m in store.recall_all("a")] == ["style", "repo", "tmp"]
-    time.sleep(0.1)
+    time.sleep(max(0.0, tmp_expires - time.time()) + 0.05)
     assert store.recall("a", "tmp") is None  # expired
     assert [m.key for m in store.recall_all("a")] == ["style", "repo"]
     assert [m.key for m in store.recall_all("a", kind="preference")] == ["style"]
