@@ -8,10 +8,11 @@ is set: only the client differs.
 from __future__ import annotations
 
 import asyncio
+import sys
 
 from pydantic import BaseModel
 
-from groundswell import Agent, Prompt, WorkflowContext, workflow
+from groundswell import Agent, Prompt, WorkflowContext, WorkflowError, workflow
 from groundswell.testing import SchemaModel, auto_client
 
 DIFF = """--- a/pay.py
@@ -37,27 +38,29 @@ judge = Agent(
 @workflow(name="review")
 async def review(ctx: WorkflowContext, diff: str) -> Verdict:
     summary = await ctx.step(
-        "summarize", summarizer.prompt(Prompt(user="Summarize:", data={"diff": diff}))
+        "summarize", lambda: summarizer.prompt(Prompt(user="Summarize:", data={"diff": diff}))
     )
     ctx.state["summary"] = summary
-    return await ctx.step(
-        "judge",
-        judge.prompt(
-            Prompt(
-                user="Approve this change?",
-                data={"diff": diff, "summary": summary},
-                response_format=Verdict,
-            )
-        ),
+    ask = Prompt(
+        user="Approve this change?",
+        data={"diff": diff, "summary": summary},
+        response_format=Verdict,
     )
+    return await ctx.step("judge", lambda: judge.prompt(ask))
 
 
-async def main() -> None:
-    result = await review.run(DIFF)
+async def main() -> int:
+    try:
+        result = await review.run(DIFF)
+    except WorkflowError as exc:  # e.g. the API cannot be reached: show how far the run got
+        print(exc.result.tree.render())
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     print(result.tree.render())
     print(f"\nsummary: {result.state['summary']}")
     print(f"verdict: {result.output}")
+    return 0
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    sys.exit(asyncio.run(main()))

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import re
+import sys
 from collections import Counter
 from typing import Literal
 
 from pydantic import BaseModel
 
-from groundswell import Agent, Prompt, WorkflowContext, WorkflowResult, workflow
+from groundswell import Agent, Prompt, WorkflowContext, WorkflowError, WorkflowResult, workflow
 from groundswell.testing import FunctionModel, MessagesRequest, auto_client, json_reply
 
 
@@ -51,14 +52,17 @@ def classify(ticket: str) -> Prompt[Label]:
 
 @workflow(name="triage")
 async def triage(ctx: WorkflowContext, ticket: str) -> str:
-    label = await ctx.step("classify", classifier.prompt(classify(ticket)))
+    label = await ctx.step("classify", lambda: classifier.prompt(classify(ticket)))
     return await ctx.step("route", lambda: f"{label.category}-team")
 
 
 @workflow(name="digest")
 async def digest(ctx: WorkflowContext, tickets: list[str]) -> dict[str, int]:
     labels = await asyncio.gather(
-        *(ctx.step(f"classify-{i}", classifier.prompt(classify(t))) for i, t in enumerate(tickets))
+        *(
+            ctx.step(f"classify-{i}", lambda t=t: classifier.prompt(classify(t)))
+            for i, t in enumerate(tickets)
+        )
     )
     return dict(Counter(label.category for label in labels))
 
@@ -67,7 +71,7 @@ async def digest(ctx: WorkflowContext, tickets: list[str]) -> dict[str, int]:
 async def escalate(ctx: WorkflowContext, tickets: list[str]) -> list[str]:
     paged = []
     for i, ticket in enumerate(tickets):
-        label = await ctx.step(f"classify-{i}", classifier.prompt(classify(ticket)))
+        label = await ctx.step(f"classify-{i}", lambda t=ticket: classifier.prompt(classify(t)))
         if label.urgent:
             paged.append(await ctx.step(f"page-{i}", lambda t=ticket: f"paged on-call: {t}"))
     return paged
@@ -88,15 +92,21 @@ async def run_all() -> list[WorkflowResult[object]]:
     return [first, *rest]
 
 
-async def main() -> None:
-    results = await run_all()
+async def main() -> int:
+    try:
+        results = await run_all()
+    except WorkflowError as exc:  # e.g. the API cannot be reached: show how far the run got
+        print(exc.result.tree.render())
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     for result in results:
         print(result.tree.render())
         print(f"  -> {result.output}\n")
     prompts = [n for r in results for n in r.tree.find(type="prompt", name="classifier")]
     hits = sum(n.metrics.get("cache") == "hit" for n in prompts)
     print(f"classifier: {len(prompts)} prompts in 3 workflows, {hits} answered from the cache")
+    return 0
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    sys.exit(asyncio.run(main()))

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from typing import Any
 
-from groundswell import Agent, WorkflowContext, workflow
+from groundswell import Agent, WorkflowContext, WorkflowError, workflow
 from groundswell.testing import FunctionModel, MessagesRequest, auto_client, text, tool_use
 
 
@@ -51,11 +52,17 @@ async def sales_question(ctx: WorkflowContext, question: str) -> str:
     return await ctx.step("answer", lambda: planner.prompt(question))
 
 
-async def main() -> None:
-    result = await sales_question.run("How much did EMEA sell recently?")
+async def main() -> int:
+    try:
+        result = await sales_question.run("How much did EMEA sell recently?")
+    except WorkflowError as exc:  # e.g. the API cannot be reached: show how far the run got
+        print(exc.result.tree.render())
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     print(result.tree.render())
     print(f"\nanswer: {result.output}")
+    return 0
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    sys.exit(asyncio.run(main()))

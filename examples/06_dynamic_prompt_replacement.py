@@ -10,8 +10,9 @@ row of attempts with only the last one live.
 from __future__ import annotations
 
 import asyncio
+import sys
 
-from groundswell import Agent, Prompt, WorkflowContext, workflow
+from groundswell import Agent, Prompt, WorkflowContext, WorkflowError, workflow
 from groundswell.testing import FunctionModel, MessagesRequest, auto_client
 
 LIMIT = 40
@@ -54,11 +55,17 @@ async def tagline(ctx: WorkflowContext, product: str) -> str:
     return await ctx.step("write", write)
 
 
-async def main() -> None:
-    result = await tagline.run("Groundswell")
+async def main() -> int:
+    try:
+        result = await tagline.run("Groundswell")
+    except WorkflowError as exc:  # e.g. the API cannot be reached: show how far the run got
+        print(exc.result.tree.render())
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     print(result.tree.render())
     print(f"\ntagline: {result.output}")
+    return 0
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    sys.exit(asyncio.run(main()))

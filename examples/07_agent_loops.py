@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import re
+import sys
 from collections import defaultdict
 
 from pydantic import BaseModel
 
-from groundswell import Agent, EventTree, Prompt, WorkflowContext, workflow
+from groundswell import Agent, EventTree, Prompt, WorkflowContext, WorkflowError, workflow
 from groundswell.testing import FunctionModel, MessagesRequest, auto_client, json_reply
 
 CLAIMS = ["Groundswell runs on Python 3.11+", "every run is one event tree"]
@@ -69,24 +70,23 @@ critic = Agent(
 async def copy_loop(ctx: WorkflowContext, topic: str, target: int = 9) -> str:
     draft = ""
     for n in range(1, 5):
-        draft = await ctx.step(
-            f"draft-{n}", writer.prompt(Prompt(user="Draft.", data={"topic": topic, "round": n}))
-        )
+        # Steps take callables (so they can run again); `ask=ask` binds this round's
+        # prompt, as a lambda made in a loop otherwise sees the loop's latest values.
+        ask = Prompt(user="Draft.", data={"topic": topic, "round": n})
+        draft = await ctx.step(f"draft-{n}", lambda ask=ask: writer.prompt(ask))
         checks = await asyncio.gather(
             *(
                 ctx.step(
                     f"check-{n}.{i}",
-                    checker.prompt(
+                    lambda claim=claim: checker.prompt(
                         Prompt(user="Check.", data={"claim": claim}, response_format=Check)
                     ),
                 )
                 for i, claim in enumerate(CLAIMS)
             )
         )
-        verdict = await ctx.step(
-            f"score-{n}",
-            critic.prompt(Prompt(user="Score.", data={"copy": draft}, response_format=Score)),
-        )
+        ask = Prompt(user="Score.", data={"copy": draft}, response_format=Score)
+        verdict = await ctx.step(f"score-{n}", lambda ask=ask: critic.prompt(ask))
         ctx.state[f"round_{n}"] = {"score": verdict.score, "checked": len(checks)}
         if verdict.score >= target:
             break
@@ -113,13 +113,19 @@ def report(tree: EventTree) -> str:
     return "\n".join(lines)
 
 
-async def main() -> None:
-    result = await copy_loop.run("observability")
+async def main() -> int:
+    try:
+        result = await copy_loop.run("observability")
+    except WorkflowError as exc:  # e.g. the API cannot be reached: show how far the run got
+        print(exc.result.tree.render())
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     print(result.tree.render())
     print(f"\nfinal copy: {result.output}")
     print(f"rounds: {result.state}\n")
     print(report(result.tree))
+    return 0
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    sys.exit(asyncio.run(main()))

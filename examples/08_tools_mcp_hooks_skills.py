@@ -24,7 +24,7 @@ from typing import Any
 
 from mcp.server.mcpserver import MCPServer
 
-from groundswell import Agent, Skill, WorkflowContext, workflow
+from groundswell import Agent, Skill, WorkflowContext, WorkflowError, workflow
 from groundswell.testing import FunctionModel, MessagesRequest, auto_client, text, tool_calls
 
 HERE = Path(__file__).resolve().parent
@@ -126,15 +126,21 @@ writer = Agent(
 
 @workflow(name="release-notes")
 async def release_notes(ctx: WorkflowContext, tag: str) -> str:
-    return await ctx.step("write", writer.prompt(f"Write the release notes since {tag}."))
+    return await ctx.step("write", lambda: writer.prompt(f"Write the release notes since {tag}."))
 
 
-async def main() -> None:
-    result = await release_notes.run("v2.0.0")
+async def main() -> int:
+    try:
+        result = await release_notes.run("v2.0.0")
+    except WorkflowError as exc:  # e.g. the API cannot be reached: show how far the run got
+        print(exc.result.tree.render())
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     print(result.tree.render())
     print(f"\n{result.output}")
     print(f"audit log (PostToolUse): {audit}")
+    return 0
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    sys.exit(asyncio.run(main()))

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 
 from pydantic import BaseModel, Field, model_validator
 
-from groundswell import Agent, Prompt, WorkflowContext, workflow
+from groundswell import Agent, Prompt, WorkflowContext, WorkflowError, workflow
 from groundswell.testing import FunctionModel, MessagesRequest, auto_client
 
 
@@ -121,14 +122,20 @@ async def plan_migration(ctx: WorkflowContext, task: str) -> dict[str, object]:
     return {"title": title.title, "days": [estimate.low, estimate.high], "prices": price_list}
 
 
-async def main() -> None:
-    result = await plan_migration.run("Move the orders table to the new database")
+async def main() -> int:
+    try:
+        result = await plan_migration.run("Move the orders table to the new database")
+    except WorkflowError as exc:  # e.g. the API cannot be reached: show how far the run got
+        print(exc.result.tree.render())
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     print(result.tree.render())
     print(f"\noutput: {result.output}")
     print(f"step retried after: {result.state.get('retried_after')}")
     levels = [n.payload["level"] for n in result.tree.find(type="reflection")]
     print(f"reflections by level: {levels}")
+    return 0
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    sys.exit(asyncio.run(main()))

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from typing import Any
 
-from groundswell import Agent, WorkflowContext, workflow
+from groundswell import Agent, WorkflowContext, WorkflowError, workflow
 from groundswell.testing import FunctionModel, MessagesRequest, auto_client, text, tool_calls
 
 LOOK = (
@@ -62,11 +63,17 @@ async def release(ctx: WorkflowContext, version: str) -> str:
     return await ctx.step("verify", lambda: ctx.spawn_workflow(checks, version))
 
 
-async def main() -> None:
-    result = await release.run("1.4.0")
+async def main() -> int:
+    try:
+        result = await release.run("1.4.0")
+    except WorkflowError as exc:  # e.g. the API cannot be reached: show how far the run got
+        print(exc.result.tree.render())
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     print(result.tree.render())
     print(f"\naudit: {result.output}")
+    return 0
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    sys.exit(asyncio.run(main()))

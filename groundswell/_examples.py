@@ -27,18 +27,23 @@ class Example:
     path: Path
     title: str
 
-    def run(
-        self, *, capture: bool = False, timeout: float | None = None
-    ) -> subprocess.CompletedProcess[str]:
-        """Run the script as ``python path`` in its own folder, as a user would."""
-        return subprocess.run(
+    def run(self) -> int:
+        """Run the script as ``python path`` in its own folder, as a user would; its exit code.
+
+        On POSIX the script gets its own process group: Ctrl-C reaches only the
+        caller, which stops the script quietly (no second traceback from it).
+        """
+        with subprocess.Popen(
             [sys.executable, str(self.path)],
             cwd=self.path.parent,
-            capture_output=capture,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
+            process_group=0 if os.name == "posix" else None,
+        ) as process:
+            try:
+                return process.wait()
+            except BaseException:  # Ctrl-C: stop the script, and reap it, before going on
+                process.kill()
+                process.wait()
+                raise
 
 
 def examples_dir() -> Path | None:

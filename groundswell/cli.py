@@ -3,7 +3,8 @@ list and run the examples, and whatever commands plugins add
 (``register_cli_commands``).
 
 Exit codes: 0 success; 1 the workflow run failed; 2 bad input (arguments,
-modules, files); 3 a plugin error under ``GROUNDSWELL_STRICT_PLUGINS=1``.
+modules, files); 3 a plugin error under ``GROUNDSWELL_STRICT_PLUGINS=1``;
+130 interrupted by Ctrl-C.
 ``rich`` is imported here, never by the library itself.
 """
 
@@ -11,12 +12,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib
 import json
 import os
 import queue
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,12 +34,14 @@ from .events import Event
 from .hookspecs import EventSink, hookimpl
 from .plugins import PluginManager, flush_sinks, get_plugin_manager
 from .tree import EventTree, NodeStatus, Replayer
-from .workflow import Workflow, WorkflowResult
+from .workflow import Workflow
 
 # A live view redraws this often, and shows at most this many nodes (huge runs
 # would otherwise spend their time redrawing); the full tree prints at the end.
 LIVE_REFRESH_S = 0.25
 LIVE_MAX_NODES = 300
+# The exit code of a command stopped by Ctrl-C (128 + SIGINT), as shells report it.
+INTERRUPTED = 130
 
 __all__ = ["main"]
 
@@ -102,7 +107,13 @@ def _selected_examples(wanted: Sequence[str]) -> list[Example]:
     return chosen
 
 
+EXAMPLE_ACTIONS = ("list", "run", "path")
+
+
 def _cmd_examples(args: argparse.Namespace) -> int:
+    if args.action not in EXAMPLE_ACTIONS:
+        # `groundswell examples 3` lists example 3, as `examples list 3` does.
+        args.names, args.action = [args.action, *args.names], "list"
     if args.action == "path":
         folder = examples_dir()
         if folder is None:
@@ -126,7 +137,7 @@ def _cmd_examples(args: argparse.Namespace) -> int:
     failed = []
     for example in examples:
         print(f"\n== {example.name}: {example.title}", flush=True)
-        if example.run().returncode != 0:
+        if example.run() != 0:
             failed.append(example.name)
     print(f"\n{len(examples) - len(failed)} of {len(examples)} examples ran cleanly", end="")
     print(f"; failed: {', '.join(failed)}" if failed else "")
@@ -141,13 +152,35 @@ def _load_trees(path: str) -> list[EventTree]:
         raise CLIError(f"no such file: {path}")
     try:
         if file.suffix == ".json":
-            trees = [EventTree.from_json(json.loads(file.read_text(encoding="utf-8")))]
+            text = file.read_text(encoding="utf-8")
+            trees = _trees_from_json(json.loads(text)) if text.strip() else []
         else:
             trees = EventTree.load_all(file)
+    except OSError as exc:
+        raise CLIError(f"cannot read {path}: {exc.strerror or exc}") from exc
     except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
         raise CLIError(f"{path} is not a Groundswell trace: {exc}") from exc
+    # A .json tree without nodes is as empty as an empty .jsonl log.
+    trees = [t for t in trees if t.root is not None]
     if not trees:
         raise CLIError(f"{path} holds no runs (is the file empty?)")
+    return trees
+
+
+def _trees_from_json(data: Any) -> list[EventTree]:
+    """Trees from a .json file: one tree, a list of them (``tree --json``), or the
+    ``{"status", "output", "tree"}`` record of ``run --json`` (or a list of those)."""
+    items = data if isinstance(data, list) else [data]
+    trees = []
+    for i, item in enumerate(items):
+        if isinstance(item, dict) and "version" not in item and isinstance(item.get("tree"), dict):
+            item = item["tree"]
+        try:
+            trees.append(EventTree.from_json(item))
+        except (ValueError, KeyError, TypeError) as exc:
+            if not isinstance(data, list):
+                raise
+            raise ValueError(f"item {i} of the list: {exc}") from exc
     return trees
 
 
@@ -170,11 +203,18 @@ def _cmd_tree(args: argparse.Namespace) -> int:
             for event in tree.events():
                 print(_dump(event.to_record()))
     else:
+        try:
+            drawn = [rich_tree(tree) for tree in trees]
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            # Loading checks the records' shape; this catches what it cannot foresee.
+            raise CLIError(
+                f"{args.file} is not a Groundswell trace: {type(exc).__name__}: {exc}"
+            ) from exc
         console = _console()
-        for i, tree in enumerate(trees):
+        for i, renderable in enumerate(drawn):
             if i:
                 console.print()
-            console.print(rich_tree(tree))
+            console.print(renderable)
     return 0
 
 
@@ -191,9 +231,9 @@ def _resolve(target: str) -> Workflow[Any, Any]:
         raise CLIError(f"module {module_name!r} has no attribute {attr!r}")
     obj = getattr(module, attr)
     if not isinstance(obj, Workflow):
-        raise CLIError(
-            f"{target} is a {type(obj).__name__}, not a Workflow (decorate it with @workflow)"
-        )
+        kind = type(obj).__name__
+        article = "an" if kind[:1].lower() in "aeiou" else "a"
+        raise CLIError(f"{target} is {article} {kind}, not a Workflow (decorate it with @workflow)")
     return obj
 
 
@@ -227,30 +267,61 @@ class _TapPlugin:
         return EventSink(name="cli-tap", factory=lambda: self.tap, description="groundswell run")
 
 
+@dataclass
+class _Outcome:
+    """How a run ended, as ``groundswell run`` reports it."""
+
+    tree: EventTree
+    status: NodeStatus
+    output: Any = None
+    error: str | None = None
+    interrupted: bool = False
+
+
 async def _watch(
     wf: Workflow[Any, Any], args: argparse.Namespace, tap: _Tap, live: Live | None
-) -> WorkflowResult[Any]:
+) -> _Outcome:
     task = asyncio.ensure_future(wf.run(*args.args))
+    # Rebuilt from the run's events: the tree to show if the run is interrupted.
     replayer = Replayer()
 
     def pump() -> None:
         for record in tap.drain():
             if args.jsonl:
                 print(_dump(record), flush=True)
-            if live is not None:
+            # A record of some other run in this process (one the tap joined
+            # half-way) fits no tree here; it is not this run's, so skip it.
+            with contextlib.suppress(ValueError):
                 replayer.apply(record)
         if live is not None and replayer.trees:
             live.update(rich_tree(replayer.trees[0], max_nodes=LIVE_MAX_NODES))
 
+    interrupted = False
     try:
-        while not task.done():
-            await asyncio.wait([task], timeout=LIVE_REFRESH_S)
-            pump()
-        return await task
+        try:
+            while not task.done():
+                await asyncio.wait([task], timeout=LIVE_REFRESH_S)
+                pump()
+        except asyncio.CancelledError:
+            # Ctrl-C: asyncio.run cancels this task. Cancel the run as well, so its
+            # nodes end `cancelled`, and wait for that instead of losing the run.
+            interrupted = True
+            task.cancel()
+            await asyncio.wait([task])
     finally:
         # Whatever happened, show every event of the run before leaving.
         await asyncio.to_thread(flush_sinks)
         pump()
+    if task.cancelled():
+        tree = replayer.trees[0] if replayer.trees else EventTree()
+        return _Outcome(tree, NodeStatus.CANCELLED, interrupted=interrupted)
+    try:
+        result = task.result()
+    except WorkflowError as exc:
+        if exc.result is None:
+            raise
+        return _Outcome(exc.result.tree, NodeStatus.FAILED, error=str(exc))
+    return _Outcome(result.tree, result.status, result.output)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -261,48 +332,41 @@ def _cmd_run(args: argparse.Namespace) -> int:
     tap = _Tap()
     manager = get_plugin_manager()
     plugin_name = manager.register(_TapPlugin(tap), name="groundswell-cli-tap")
-    result: WorkflowResult[Any] | None
     try:
-        try:
-            if want_live:
-                # transient: the final, complete tree replaces the (capped) live frames.
-                with Live(console=console, refresh_per_second=8, transient=True) as live:
-                    result = asyncio.run(_watch(wf, args, tap, live))
-            else:
-                result = asyncio.run(_watch(wf, args, tap, None))
-        except WorkflowError as exc:
-            result = exc.result
-            if result is None:
-                raise
-            if not (args.json or args.jsonl):
-                print(f"error: {exc}", file=sys.stderr)
+        if want_live:
+            # transient: the final, complete tree replaces the (capped) live frames.
+            with Live(console=console, refresh_per_second=8, transient=True) as live:
+                outcome = asyncio.run(_watch(wf, args, tap, live))
+        else:
+            outcome = asyncio.run(_watch(wf, args, tap, None))
     finally:
         manager.unregister(plugin_name)
+    if outcome.error is not None and not (args.json or args.jsonl):
+        print(f"groundswell: {outcome.error}", file=sys.stderr)
     save_error = None
     if args.save:
         try:
-            result.tree.save(args.save)
+            outcome.tree.save(args.save)
         except OSError as exc:
             # Reported after the tree: the run itself is not lost.
             save_error = f"cannot save the trace to {args.save}: {exc.strerror or exc}"
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "status": result.status.value,
-                    "output": jsonable(result.output),
-                    "tree": result.tree.to_json(),
-                },
-                indent=2,
-            )
-        )
+        record = {
+            "status": outcome.status.value,
+            "output": jsonable(outcome.output),
+            "tree": outcome.tree.to_json(),
+        }
+        print(json.dumps(record, indent=2))
     elif not args.jsonl:
-        console.print(rich_tree(result.tree))
-        if result.status is NodeStatus.COMPLETED:
-            console.print(f"\noutput: {result.output!r}", markup=False)
+        console.print(rich_tree(outcome.tree))
+        if outcome.status is NodeStatus.COMPLETED:
+            console.print(f"\noutput: {outcome.output!r}", markup=False)
     if save_error is not None:
         raise CLIError(save_error)
-    return 0 if result.status is NodeStatus.COMPLETED else 1
+    if outcome.interrupted:
+        print("groundswell: interrupted; the run was cancelled", file=sys.stderr)
+        return INTERRUPTED
+    return 0 if outcome.status is NodeStatus.COMPLETED else 1
 
 
 BUILTIN_COMMANDS = ("examples", "plugins", "run", "tree")
@@ -341,8 +405,12 @@ def _broken(message: str) -> Any:
     return run
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser for ``groundswell``."""
+def build_parser(*, plugin_commands: bool = True) -> argparse.ArgumentParser:
+    """The argument parser for ``groundswell``.
+
+    ``plugin_commands=False`` leaves out the commands plugins add, so no plugin
+    is loaded just to parse a built-in command.
+    """
     parser = argparse.ArgumentParser(
         prog="groundswell", description="Orchestrate LLM agents; inspect runs and plugins."
     )
@@ -365,9 +433,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "action",
         nargs="?",
-        choices=("list", "run", "path"),
         default="list",
-        help="list (default), run, or path (the folder, to copy from)",
+        metavar="{list,run,path}",
+        help="list (default), run, or path (the folder, to copy from); "
+        "any other word is an example to list",
     )
     p.add_argument("names", nargs="*", metavar="NAME", help="examples by number or name prefix")
     p.set_defaults(func=_cmd_examples)
@@ -396,15 +465,25 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--jsonl", action="store_true", help="print the tree as a JSONL event log")
     p.set_defaults(func=_cmd_tree)
 
-    _plugin_commands(sub)
+    if plugin_commands:
+        _plugin_commands(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``groundswell`` command; returns the exit code."""
-    args = build_parser().parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    command = next((w for w in words if not w.startswith("-")), None)
+    # Plugins load once per command: loading them here too, for a built-in command,
+    # would report every broken plugin twice.
+    parser = build_parser(plugin_commands=command not in BUILTIN_COMMANDS)
     try:
+        args = parser.parse_args(words)
         return int(args.func(args))
+    except KeyboardInterrupt:
+        # Ctrl-C outside a run (which handles it itself): one line, no traceback.
+        print("groundswell: interrupted", file=sys.stderr)
+        return INTERRUPTED
     except BrokenPipeError:
         # The reader went away (`groundswell run ... --jsonl | head`): stop quietly.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

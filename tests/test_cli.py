@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -31,6 +34,17 @@ async def slow(ctx):
     await ctx.step("nap", asyncio.sleep(1.0))
     return 2
 
+@groundswell.workflow(name="long")
+async def long(ctx, marker):
+    import asyncio, pathlib
+
+    async def wait():
+        pathlib.Path(marker).write_text("started")  # the test presses Ctrl-C now
+        await asyncio.sleep(600)
+
+    await ctx.step("first", lambda: 1)
+    return await ctx.step("wait", wait)
+
 not_a_workflow = 3
 """
 
@@ -46,6 +60,33 @@ def gs(
         env={**os.environ, "PYTHONPATH": str(cwd or ""), **(env or {})},
         timeout=60,
     )
+
+
+def start(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    """Start ``groundswell ARGS`` in the background, for a test that interrupts it."""
+    # A shell that started the tests in the background ignores SIGINT, and children
+    # inherit that; with a Python handler here, the child starts with the default.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-m", "groundswell.cli", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=cwd,
+            env={**os.environ, "PYTHONPATH": str(cwd), **(env or {})},
+        )
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def interrupt_once(marker: Path, process: subprocess.Popen[str]) -> tuple[str, str]:
+    """Press Ctrl-C once ``marker`` exists; return the process's stdout and stderr."""
+    while not marker.exists():
+        assert process.poll() is None, process.communicate()
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    return process.communicate(timeout=60)
 
 
 @pytest.fixture
@@ -88,7 +129,7 @@ def test_failed_run_exits_one_and_still_shows_the_tree(project: Path) -> None:
     out = gs("run", "flows:crash", cwd=project)
     assert out.returncode == 1
     assert "✗ step boom" in out.stdout and "ZeroDivisionError" in out.stdout
-    assert "failed at crash/boom" in out.stderr
+    assert out.stderr.startswith("groundswell: workflow 'crash' failed at crash/boom")
     assert "Traceback" not in out.stderr
 
 
@@ -97,7 +138,7 @@ def test_failed_run_exits_one_and_still_shows_the_tree(project: Path) -> None:
     [
         (["run", "flows"], "expected module:workflow"),
         (["run", "nowhere:thing"], "cannot import 'nowhere'"),
-        (["run", "flows:not_a_workflow"], "is a int, not a Workflow"),
+        (["run", "flows:not_a_workflow"], "flows:not_a_workflow is an int, not a Workflow"),
         (["run", "flows:missing"], "has no attribute 'missing'"),
         (["tree", "missing.jsonl"], "no such file"),
         (["tree", "."], "is a directory"),
@@ -247,3 +288,155 @@ def test_every_command_has_help(argv: list[str]) -> None:
     out = gs(*argv, "--help")
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("usage: groundswell")
+
+
+@pytest.mark.parametrize("output", ["tree", "json"])
+def test_ctrl_c_cancels_the_run_and_still_shows_and_saves_its_tree(
+    project: Path, output: str
+) -> None:
+    flags = ["--json"] if output == "json" else []
+    run = start("run", "flows:long", "started", "--save", "t.jsonl", *flags, cwd=project)
+    stdout, stderr = interrupt_once(project / "started", run)
+    assert run.returncode == 130
+    assert stderr == "groundswell: interrupted; the run was cancelled\n"
+    statuses = [("long", "cancelled"), ("first", "completed"), ("wait", "cancelled")]
+    if output == "json":
+        data = json.loads(stdout)
+        assert data["status"] == "cancelled" and data["output"] is None
+        assert [(n["name"], n["status"]) for n in data["tree"]["nodes"]] == statuses
+    else:
+        assert stdout.startswith("⊘ workflow long")
+        assert "├── ✓ step first" in stdout
+        assert re.search(r"└── ⊘ step wait .*cancelled", stdout)
+    saved = EventTree.load(project / "t.jsonl")
+    assert [(n.name, n.status.value) for n in saved.walk()] == statuses
+
+
+def test_ctrl_c_during_examples_run_stops_the_example_quietly(tmp_path: Path) -> None:
+    (tmp_path / "01_wait.py").write_text(
+        '"""Example 1: waits."""\nimport os, pathlib, time\n'
+        'pathlib.Path(os.environ["MARKER"]).write_text(str(os.getpid()))\ntime.sleep(600)\n'
+    )
+    marker = tmp_path / "started"
+    env = {"GROUNDSWELL_EXAMPLES_DIR": str(tmp_path), "MARKER": str(marker)}
+    examples = start("examples", "run", cwd=tmp_path, env=env)
+    stdout, stderr = interrupt_once(marker, examples)
+    assert examples.returncode == 130
+    assert stderr == "groundswell: interrupted\n"
+    assert "== 01_wait" in stdout
+    with pytest.raises(ProcessLookupError):  # the example was stopped too, not left running
+        os.kill(int(marker.read_text()), 0)
+
+
+def test_tree_draws_a_trace_whose_metrics_have_the_wrong_types(project: Path) -> None:
+    assert gs("run", "flows:greet", "ed", "--save", "t.jsonl", cwd=project).returncode == 0
+    records = [json.loads(line) for line in (project / "t.jsonl").read_text().splitlines()]
+    for record in records:
+        if record["kind"] == "node_end":
+            record["data"]["metrics"] = {"usage": "x", "duration": "y", "attempt": "z"}
+    (project / "odd.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    out = gs("tree", "odd.jsonl", cwd=project)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["✓ workflow greet", "└── ✓ step hello"]
+
+
+NODE = {"id": "a", "type": "workflow", "name": "w", "status": "completed", "timestamp": 1.0}
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        ("no-nodes.json", {"version": 1, "root_id": None}, "a tree needs a 'nodes' list"),
+        ("ints.json", {"version": 1, "nodes": [1, 2]}, "a node record should be an object"),
+        ("nameless.json", {"version": 1, "nodes": [NODE | {"name": None}]}, "'name' is missing"),
+        (
+            "bad-metrics.json",
+            {"version": 1, "nodes": [NODE | {"metrics": "fast"}]},
+            "'metrics' should be an object, got 'fast'",
+        ),
+        ("status.json", {"version": 1, "nodes": [NODE | {"status": "done"}]}, "unknown status"),
+        (
+            "error.jsonl",
+            [
+                {"kind": "node_start", "data": NODE | {"status": "running"}},
+                {"kind": "node_end", "data": {"id": "a", "status": "failed", "error": "boom"}},
+            ],
+            "node_end of node 'a': 'error' should be an object, got 'boom'",
+        ),
+    ],
+)
+def test_a_malformed_trace_is_one_line_naming_what_is_wrong(
+    project: Path, name: str, content: object, message: str
+) -> None:
+    lines = content if name.endswith(".jsonl") else [content]
+    (project / name).write_text("".join(json.dumps(line) + "\n" for line in lines))  # type: ignore[attr-defined]
+    out = gs("tree", name, cwd=project)
+    assert out.returncode == 2
+    assert out.stderr.startswith(f"groundswell: {name} is not a Groundswell trace: ")
+    assert message in out.stderr and len(out.stderr.splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "content", ["", "  \n", '{"version": 1, "root_id": null, "nodes": []}', "[]"]
+)
+def test_a_json_file_without_nodes_holds_no_runs_like_an_empty_log(
+    project: Path, content: str
+) -> None:
+    (project / "empty.json").write_text(content)
+    out = gs("tree", "empty.json", cwd=project)
+    assert out.returncode == 2
+    assert out.stderr == "groundswell: empty.json holds no runs (is the file empty?)\n"
+
+
+def test_tree_reads_its_own_json_and_what_run_json_prints(project: Path) -> None:
+    for who in ("fay", "gus"):
+        assert gs("run", "flows:greet", who, "--save", f"{who}.jsonl", cwd=project).returncode == 0
+    both = project / "both.jsonl"
+    both.write_text((project / "fay.jsonl").read_text() + (project / "gus.jsonl").read_text())
+    listed = gs("tree", "both.jsonl", "--json", cwd=project)
+    (project / "both.json").write_text(listed.stdout)
+    envelope = gs("run", "flows:greet", "hal", "--json", cwd=project)
+    (project / "run.json").write_text(envelope.stdout)
+    (project / "runs.json").write_text(f"[{envelope.stdout}, {envelope.stdout}]")
+
+    expected = gs("tree", "both.jsonl", cwd=project).stdout
+    assert gs("tree", "both.json", cwd=project).stdout == expected
+    assert gs("tree", "both.json", "--json", cwd=project).stdout == listed.stdout
+    single = gs("tree", "run.json", cwd=project)
+    assert single.returncode == 0, single.stderr
+    assert single.stdout.startswith("✓ workflow greet") and "└── ✓ step hello" in single.stdout
+    runs = gs("tree", "runs.json", "--json", cwd=project)
+    assert [len(t["nodes"]) for t in json.loads(runs.stdout)] == [2, 2]
+
+
+def test_examples_given_a_name_lists_that_example() -> None:
+    out = gs("examples", "3")
+    assert out.returncode == 0, out.stderr
+    rows = [ln for ln in out.stdout.splitlines() if re.match(r"^\s*\d+  ", ln)]
+    assert len(rows) == 1 and "03_one_agent_many_workflows" in rows[0]
+    assert gs("examples", "04_nested", "7").stdout.count("_") >= 2
+    nope = gs("examples", "nope")
+    assert nope.returncode == 2 and "example 'nope' matches none of" in nope.stderr
+
+
+@pytest.mark.parametrize(("strict", "args", "code"), [
+    ("0", ["plugins"], 0),
+    ("1", ["plugins"], 0),
+    ("0", ["run", "flows:greet", "ivy"], 0),
+    ("1", ["run", "flows:greet", "ivy"], 3),
+])  # fmt: skip
+def test_a_broken_plugin_is_reported_once(
+    project: Path,
+    make_distribution: Callable[..., None],
+    strict: str,
+    args: list[str],
+    code: int,
+) -> None:
+    make_distribution(
+        "broken-x", "1.0", {"broken": "broken_x"}, {"broken_x": "raise RuntimeError('on purpose')"}
+    )
+    site = project / "site"  # where make_distribution installs it
+    env = {"PYTHONPATH": f"{site}{os.pathsep}{project}", "GROUNDSWELL_STRICT_PLUGINS": strict}
+    out = gs(*args, cwd=project, env=env)
+    assert out.returncode == code, out.stderr
+    assert out.stderr.count("RuntimeError: on purpose") == 1, out.stderr

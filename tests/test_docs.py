@@ -48,7 +48,6 @@ def test_readme_example_mounts_the_agent_under_its_step() -> None:
     shape = [line.lstrip("│├└─ ").split("  ")[0] for line in lines[1:]]
     assert shape == [
         "✓ workflow review",
-        "✓ step measure",
         "✓ step judge",
         "✓ prompt judge",
         "✓ model_call claude-sonnet-4-6",
@@ -105,6 +104,20 @@ def test_api_reference_names_only_public_objects() -> None:
         assert hasattr(importlib.import_module(module), attr), dotted
         if module == "groundswell":
             assert attr in groundswell.__all__, dotted
+
+
+def test_api_reference_documents_every_public_name() -> None:
+    import groundswell
+    import groundswell.errors
+
+    page = (ROOT / "docs" / "api.md").read_text()
+    documented = set(re.findall(r"^::: groundswell\.(\w+)$", page, flags=re.M))
+    # `::: groundswell.errors` documents the module's whole exception tree.
+    documented |= {n for n in groundswell.errors.__all__ if "errors" in documented}
+    if "`groundswell.__version__`" in page:
+        documented.add("__version__")
+    missing = sorted(set(groundswell.__all__) - documented)
+    assert not missing, f"docs/api.md leaves out {missing}"
 
 
 @pytest.mark.slow

@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
+
+import pytest
+
+from groundswell.testing import FakeAnthropicAPI, FunctionModel, error
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -220,3 +226,25 @@ async def test_tools_mcp_hooks_and_skills_example_runs_every_kind_of_tool() -> N
     (publish,) = result.tree.find(type="tool_call", name="publish")
     assert publish.error is not None and "dry run" in publish.error["message"]
     assert "publish" not in example.audit and example.audit[0] == "read_skill"
+
+
+CALLS_THE_API = sorted(
+    p.name for p in EXAMPLES.glob("[0-9][0-9]_*.py") if "auto_client(" in p.read_text()
+)
+
+
+@pytest.mark.parametrize("script", CALLS_THE_API)
+def test_an_example_whose_api_calls_fail_prints_the_failed_tree_and_one_error_line(
+    script: str,
+) -> None:
+    # The real client (ANTHROPIC_API_KEY is set) against an API that refuses every call.
+    with FakeAnthropicAPI(FunctionModel(lambda request: error(401))).serve() as api:
+        env = {**os.environ, "ANTHROPIC_API_KEY": "sk-ant-test", "ANTHROPIC_BASE_URL": api.base_url}
+        out = subprocess.run(
+            [sys.executable, script], cwd=EXAMPLES, env=env, capture_output=True, text=True
+        )
+    assert out.returncode == 1, out.stderr
+    assert re.match(r"✗ workflow \S+ .*failed", out.stdout), out.stdout
+    assert "ModelAPIError" in out.stdout  # the failing call is in the tree, marked failed
+    assert "Traceback" not in out.stderr
+    assert out.stderr.splitlines()[-1].startswith("error: workflow "), out.stderr

@@ -411,3 +411,43 @@ def test_racing_processes_agree_on_one_secret(tmp_path: Path) -> None:
     secrets = {p.communicate(timeout=60)[0] for p in processes}
     assert all(p.returncode == 0 for p in processes)
     assert len(secrets) == 1 and len(secrets.pop()) == 64
+
+
+def test_serve_refuses_a_store_it_cannot_use_before_listening(tmp_path: Path) -> None:
+    env = {**os.environ, "GROUNDSWELL_HOME": str(tmp_path / "home")}
+    missing = tmp_path / "no" / "such" / "dir" / "h.db"
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = str(probe.getsockname()[1])
+    for url, message in [
+        (f"sqlite:///{missing}", f"groundswell: no history store at 'sqlite:///{missing}'"),
+        (
+            "postgresql+psycopg://nobody@127.0.0.1:1/none",  # nothing listens on port 1
+            "groundswell: history store at 'postgresql+psycopg://nobody@127.0.0.1:1/none' "
+            "cannot be reached",
+        ),
+    ]:
+        out = subprocess.run(
+            [*CLI, "history", "serve", "--url", url, "--port", port],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        assert out.returncode == 2, out.stderr
+        assert out.stderr.startswith(message) and len(out.stderr.splitlines()) == 1
+    assert not (tmp_path / "no").exists()  # serving never creates a store
+
+
+def test_a_missing_extra_names_the_extra_and_what_is_missing() -> None:
+    code = (
+        "import sys\n"
+        "sys.modules['sqlalchemy'] = None\n"  # as if the [history] extra were not installed
+        "import groundswell_history\n"
+        "groundswell_history.load_api()\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 1
+    assert out.stderr.rstrip().endswith(
+        "ConfigurationError: the history API needs the [history] extra "
+        '(sqlalchemy is not installed): pip install "groundswell[history]"'
+    )

@@ -493,3 +493,37 @@ async def test_a_spawned_workflow_that_runs_too_long_is_cancelled() -> None:
     answer = json.loads(fake.requests[-1].tool_results()[-1]["content"])
     assert answer["status"] == "cancelled" and "timed out after 0.05s" in answer["error"]
     assert result.tree.get_node(answer["workflow_id"]).status is NodeStatus.CANCELLED
+
+
+async def test_list_mount_points_reports_how_deep_in_spawned_workflows_the_caller_is() -> None:
+    inner_fake = FakeAnthropicAPI([tool_use("list_mount_points", {}), text("inner done")])
+    inner = Agent(name="inner", tools=["introspection"], client=inner_fake.client())
+
+    @workflow(name="deeper")
+    async def deeper(ctx: WorkflowContext) -> str:
+        """Look around from inside a spawned workflow."""
+        return await ctx.step("look", lambda: inner.prompt("Where am I?"))
+
+    outer_fake = FakeAnthropicAPI(
+        [
+            tool_use("list_mount_points", {}),
+            tool_use("request_spawn_workflow", {"template": "deeper", "input": {}}),
+            text("outer done"),
+        ]
+    )
+    outer = Agent(
+        name="outer",
+        tools=["introspection"],
+        spawnable={"deeper": deeper},
+        client=outer_fake.client(),
+    )
+
+    @workflow(name="top")
+    async def top(ctx: WorkflowContext) -> str:
+        return await ctx.step("plan", lambda: outer.prompt("Plan"))
+
+    assert (await top.run()).output == "outer done"
+    at_top = results(outer_fake, 1)["list_mount_points"]["limits"]
+    in_spawned = results(inner_fake, 1)["list_mount_points"]["limits"]
+    assert at_top["spawn_depth_here"] == 0 and in_spawned["spawn_depth_here"] == 1
+    assert at_top["max_spawn_depth"] == 3

@@ -68,9 +68,11 @@ def load_api() -> ModuleType:
     """`groundswell_history.api`, or a clear error when FastAPI is not installed."""
     try:
         from . import api
-    except ImportError as exc:  # FastAPI is part of the extra, not of groundswell itself
+    except ImportError as exc:  # FastAPI and SQLAlchemy come with the extra, not with groundswell
+        missing = exc.name or str(exc)
         raise ConfigurationError(
-            f'the history API needs FastAPI ({exc}): pip install "groundswell[history]"'
+            f"the history API needs the [history] extra ({missing} is not installed): "
+            'pip install "groundswell[history]"'
         ) from exc
     return api
 

@@ -6,11 +6,12 @@ import argparse
 import logging
 import socket
 import sys
+from pathlib import Path
 
 from groundswell import ConfigurationError
 
 from . import load_api
-from .store import safe_url
+from .store import HistoryStore, default_url, safe_url
 
 __all__ = ["configure"]
 
@@ -48,6 +49,25 @@ def _port(text: str) -> int:
     return port
 
 
+def _existing_store(url: str) -> HistoryStore:
+    """The store at ``url``; a SQLite file must exist already (serving never creates one)."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        parsed = make_url(url)
+    except Exception:  # not a URL at all: HistoryStore names the problem
+        return HistoryStore(url)
+    database = parsed.database or ""
+    if parsed.get_backend_name() == "sqlite" and database not in ("", ":memory:"):
+        path = Path(database)
+        if not database.startswith("file:") and not path.is_file():
+            raise ConfigurationError(
+                f"no history store at {safe_url(url)!r}: {path} does not exist (check --url; "
+                "agents with Agent(history=True) create the store when they first record)"
+            )
+    return HistoryStore(url)
+
+
 def _token(args: argparse.Namespace) -> int:
     api = load_api()
     if not args.agent_id.strip():
@@ -73,7 +93,9 @@ def _serve(args: argparse.Namespace) -> int:
             f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc} "
             "(is another server using the port? choose one with --port)"
         ) from None
-    app = api.create_app(args.url)
+    # Open the store (which reaches its database) before serving anything, so
+    # an unusable URL is one clear line instead of a server with nothing behind it.
+    app = api.create_app(_existing_store(args.url or default_url()))
     # The query log goes where uvicorn's own log goes: stderr, at the chosen level.
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("%(levelname)s:     %(name)s: %(message)s"))

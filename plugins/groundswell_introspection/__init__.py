@@ -596,6 +596,7 @@ def _build(limits: Limits) -> list[Tool]:
         return {**_registry, **own}
 
     def _spawn_depth(tree: EventTree, node: EventNode) -> int:
+        """How many ``request_spawn_workflow`` calls ``node`` is, or runs inside."""
         chain = [node, *tree.get_ancestors(node.id)]
         return sum(
             1 for n in chain if n.type is NodeType.TOOL_CALL and n.name == "request_spawn_workflow"
@@ -631,7 +632,8 @@ def _build(limits: Limits) -> list[Tool]:
             ],
             "limits": {
                 "max_spawn_depth": limits.max_spawn_depth,
-                "spawn_depth_here": _spawn_depth(tree, call) - 1,
+                # Spawned workflows around this call; a spawn from here is one deeper.
+                "spawn_depth_here": _spawn_depth(tree, call),
                 "max_spawns_per_run": limits.max_spawns_per_run,
                 "spawned_in_run": _runs.count(tree),
                 "timeout_s": limits.spawn_timeout_s,

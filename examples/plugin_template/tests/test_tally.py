@@ -36,3 +36,14 @@ def test_hook_returns_a_lazy_record() -> None:
     record = register_event_sinks()
     assert record.name == "tally"
     assert isinstance(record.factory(), TallySink)
+
+
+def test_groundswell_finds_the_installed_entry_point() -> None:
+    # What `groundswell plugins` does: load every plugin in the `groundswell` group
+    # (strict=False: another installed plugin's problem is not this test's).
+    manager = groundswell.PluginManager(strict=False)
+    manager.load_entrypoints()
+    info = next(i for i in manager.list_plugins() if i.name == "example-sink")
+    assert info.ok and info.distribution == "groundswell-example-sink"
+    assert info.hooks == ["register_event_sinks"]
+    assert manager.provides()["example-sink"] == {"register_event_sinks": ["tally"]}
