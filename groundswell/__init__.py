@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.metadata as _metadata
 from typing import TYPE_CHECKING, Any
 
-from ._serialize import is_secret_key, redact, register_secret
+from ._serialize import is_secret_key, redact, register_secret, scrub
 from .budget import TokenBudget
 from .cache import Cache, ToolCachePolicy, get_cache, invalidate, tool_cache_stats
 from .context import Frame, current_agent, current_frame, current_node, current_tree, record_event
@@ -155,6 +155,7 @@ __all__ = [
     "record_event",
     "redact",
     "register_secret",
+    "scrub",
     "tool_cache_stats",
     "workflow",
 ]

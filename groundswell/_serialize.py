@@ -46,7 +46,11 @@ def register_secret(value: str) -> None:
 
 
 def scrub(text: str) -> str:
-    """Replace every registered secret inside ``text`` with the redaction marker."""
+    """Replace every registered secret inside ``text`` with the redaction marker.
+
+    Unlike `redact`, it leaves text of any length whole and touches nothing
+    else; ``scrub(text) != text`` tells whether ``text`` holds a registered secret.
+    """
     for secret in _secrets:  # an immutable tuple: safe to read while another thread adds
         if secret in text:
             text = text.replace(secret, REDACTED)

@@ -274,13 +274,14 @@ def is_recoverable(exc: BaseException) -> bool:
     """False for failures another attempt cannot fix.
 
     Never recoverable: cancellation and other ``BaseException``\\ s,
-    configuration and plugin errors, and API errors for authentication,
+    configuration and plugin errors, API errors for authentication,
     permission, billing, a bad or too-large request, an unknown model, or a
-    rate limit that outlasted the SDK's own retries.
+    rate limit that outlasted the SDK's own retries, and any exception whose
+    ``recoverable`` attribute is ``False`` (a stand-in for one of those).
     """
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
-    if not isinstance(exc, Exception):
+    if not isinstance(exc, Exception) or getattr(exc, "recoverable", True) is False:
         return False
     if isinstance(exc, WorkflowError) and exc.__cause__ is not None:
         return is_recoverable(exc.__cause__)

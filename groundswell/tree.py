@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from ._serialize import error_record, jsonable, scrub
 from .events import Event
@@ -140,7 +140,7 @@ class EventNode:
     def duration(self) -> float | None:
         """Wall time in seconds, or ``None`` while the node is still running."""
         value = self.metrics.get("duration")
-        return float(value) if value is not None else None
+        return float(value) if _is_number(value) else None
 
     def to_dict(self) -> dict[str, Any]:
         """This node as a flat, JSON-safe dict; children appear as a list of ids."""
@@ -423,12 +423,21 @@ class EventTree:
                 f"not a Groundswell tree (expected a dict with version {FORMAT_VERSION}); "
                 "pass the output of EventTree.to_json()"
             )
+        nodes = data.get("nodes")
+        if not isinstance(nodes, list):
+            raise ValueError(f"a tree needs a 'nodes' list, got {nodes!r:.40}")
         tree = cls()
-        for record in data["nodes"]:
+        root_id = data.get("root_id")
+        for record in nodes:
             node = _node_from_record(record)
-            parent = tree._nodes.get(record["parent_id"]) if record["parent_id"] else None
-            if record["parent_id"] and parent is None:
+            if node.id == root_id:
+                # A subtree (``to_json(start=...)``): its top node becomes the root.
+                node.parent_id = None
+            parent = tree._nodes.get(node.parent_id) if node.parent_id else None
+            if node.parent_id and parent is None:
                 raise ValueError(f"node {node.id!r} appears before its parent {node.parent_id!r}")
+            if parent is None and tree.root is not None:
+                raise ValueError(f"node {node.id!r} has no parent, but the tree has a root already")
             tree._attach(node, parent)
         return tree
 
@@ -597,8 +606,9 @@ def label_parts(node: EventNode) -> list[tuple[str, str]]:
         (node.type.value, "dim"),
         (node.name, "bold"),
     ]
+    # Metrics may come from a file written by anything: draw only well-typed ones.
     duration = node.metrics.get("duration")
-    if duration is not None:
+    if _is_number(duration):
         parts.append((f"{duration * 1000:.1f}ms", "blue"))
     if status is not NodeStatus.COMPLETED:
         parts.append((status.value, _STATUS_STYLE[status]))
@@ -622,9 +632,14 @@ def label_parts(node: EventNode) -> list[tuple[str, str]]:
     if node.metrics.get("recovered"):
         parts.append(("↺ recovered", "bold green"))
     if node.error:
-        message = scrub(str(node.error["message"]))[:80]
-        parts.append((f"{node.error['type']}: {message}", "red"))
+        error = node.error if isinstance(node.error, dict) else {"message": node.error}
+        message = scrub(str(error.get("message", "")))[:80]
+        parts.append((f"{error.get('type', 'error')}: {message}", "red"))
     return parts
+
+
+def _is_number(value: Any) -> TypeGuard[float]:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def label_separator(index: int) -> str:
@@ -675,18 +690,22 @@ class Replayer:
             self._owner[node.id] = tree
             return tree
         if kind in ("node_end", "node_event"):
-            tree = self._owner.get(data.get("id", ""))
-            if tree is None:
-                raise ValueError(f"event {n}: {kind} for unknown node {data.get('id')!r}")
-            node = tree._nodes[data["id"]]
-            if kind == "node_event":
-                node.events.append(data["event"])
-            else:
-                node.status = NodeStatus(data["status"])
-                node.ended_at = data.get("ended_at")
-                node.metrics = dict(data.get("metrics") or {})
-                node.payload = dict(data.get("payload") or {})
-                node.error = data.get("error")
+            node_id = data.get("id")
+            tree = self._owner.get(node_id) if isinstance(node_id, str) else None
+            if tree is None or not isinstance(node_id, str):
+                raise ValueError(f"event {n}: {kind} for unknown node {node_id!r}")
+            node = tree._nodes[node_id]
+            try:
+                if kind == "node_event":
+                    node.events.append(_field(data, "event", dict, required=True))
+                else:
+                    node.status = _status(data.get("status"))
+                    node.ended_at = _field(data, "ended_at", (int, float))
+                    node.metrics = dict(_field(data, "metrics", dict) or {})
+                    node.payload = dict(_field(data, "payload", dict) or {})
+                    node.error = _field(data, "error", dict)
+            except ValueError as exc:
+                raise ValueError(f"event {n}: {kind} of node {node_id!r}: {exc}") from None
             return tree
         raise ValueError(
             f"event {n}: unknown kind {kind!r} (expected node_start, node_end or node_event)"
@@ -714,22 +733,57 @@ def _end_record(node: EventNode) -> dict[str, Any]:
     }
 
 
-def _node_from_record(record: dict[str, Any]) -> EventNode:
+def _node_from_record(record: Any) -> EventNode:
+    """A node from its `to_dict` record; ``ValueError`` naming what is malformed."""
+    if not isinstance(record, dict):
+        raise ValueError(f"a node record should be an object, got {record!r:.40}")
     try:
         node = EventNode(
-            record["type"],
-            record["name"],
-            id=record["id"],
-            parent_id=record.get("parent_id"),
-            status=record.get("status", NodeStatus.RUNNING),
-            timestamp=record["timestamp"],
-            payload=dict(record.get("payload") or {}),
+            _field(record, "type", str, required=True),
+            _field(record, "name", str, required=True),
+            id=_field(record, "id", str, required=True),
+            parent_id=_field(record, "parent_id", str),
+            status=_status(record.get("status", NodeStatus.RUNNING.value)),
+            timestamp=_field(record, "timestamp", (int, float), required=True),
+            payload=dict(_field(record, "payload", dict) or {}),
         )
-    except (KeyError, ValueError) as exc:
-        raise ValueError(f"malformed node record {record!r:.200}: {exc}") from exc
-    node.ended_at = record.get("ended_at")
-    node.metrics = dict(record.get("metrics") or {})
-    if record.get("events"):
-        node.events = list(record["events"])
-    node.error = record.get("error")
+        node.ended_at = _field(record, "ended_at", (int, float))
+        node.metrics = dict(_field(record, "metrics", dict) or {})
+        events = _field(record, "events", list)
+        if events:
+            node.events = list(events)
+        node.error = _field(record, "error", dict)
+    except ValueError as exc:
+        raise ValueError(f"malformed node record {record.get('id', '?')!r}: {exc}") from None
     return node
+
+
+def _field(record: dict[str, Any], key: str, kind: Any, *, required: bool = False) -> Any:
+    """``record[key]`` when it has type ``kind`` (or is absent/None and not required)."""
+    value = record.get(key)
+    if value is None:
+        if required:
+            raise ValueError(f"{key!r} is missing")
+        return None
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        expected = " or ".join(dict.fromkeys(_JSON_NAMES.get(k, k.__name__) for k in kinds))
+        raise ValueError(f"{key!r} should be {expected}, got {value!r:.40}")
+    return value
+
+
+_JSON_NAMES = {
+    str: "a string",
+    int: "a number",
+    float: "a number",
+    dict: "an object",
+    list: "a list",
+}
+
+
+def _status(value: Any) -> NodeStatus:
+    try:
+        return NodeStatus(value)
+    except ValueError:
+        known = ", ".join(s.value for s in NodeStatus)
+        raise ValueError(f"unknown status {value!r:.40} (expected one of {known})") from None

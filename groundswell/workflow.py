@@ -64,6 +64,24 @@ class WorkflowResult(Generic[T]):
     def __gs_jsonable__(self) -> dict[str, Any]:
         return {"workflow_id": self.node.id, "status": self.status.value, "output": self.output}
 
+    def __copy__(self) -> WorkflowResult[T]:
+        return self  # immutable; a copy would share the same tree anyway
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled (a durable step's checkpoint) as data: the run's own subtree as
+        # JSON, so the copy has a tree of its own. ``error`` is not kept; the
+        # failed node in the tree records it.
+        tree = self.tree.to_json(start=self.node.id)
+        return (_restore_result, (self.output, self.status.value, tree, self.duration, self.state))
+
+
+def _restore_result(
+    output: Any, status: str, tree: dict[str, Any], duration: float, state: dict[str, Any]
+) -> WorkflowResult[Any]:
+    restored = EventTree.from_json(tree)
+    assert restored.root is not None
+    return WorkflowResult(output, NodeStatus(status), restored, restored.root, duration, state)
+
 
 def _leaf(exc: BaseException) -> BaseException:
     # A TaskGroup raises an ExceptionGroup; the first real error inside is what failed.

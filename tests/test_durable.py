@@ -36,8 +36,12 @@ from pathlib import Path
 
 import anthropic
 
+import groundswell_dbos
 from groundswell import Agent, WorkflowContext, workflow
 
+# As the docs show: settings in the module that holds the workflows. A worker
+# imports this module after DBOS has launched, where it is a no-op.
+groundswell_dbos.configure(system_database_url=os.environ["DBOS_SYSTEM_DATABASE_URL"])
 LOG = Path(os.environ["GS_TEST_LOG"])
 
 
@@ -106,6 +110,82 @@ async def slow_child(ctx: WorkflowContext, i: int) -> int:
 @workflow(name="one-slow")
 async def one_slow(ctx: WorkflowContext) -> int:
     return await ctx.step("hand-off", lambda: ctx.spawn_workflow(slow_child, 41, queue="slow"))
+
+
+async def hang_once() -> None:
+    hang = os.environ.get("GS_TEST_HANG")
+    if hang:
+        Path(hang).write_text("hanging")
+        await asyncio.sleep(120)
+
+
+@workflow(name="gathered", durable=True)
+async def gathered(ctx: WorkflowContext, docs: list[str]) -> dict[str, str]:
+    async def branch(i: int, doc: str) -> str:
+        # I/O outside any step first, whose latency differs between runs: in the
+        # first run the branches reach their first step in reverse order, in the
+        # recovery (GS_TEST_HANG unset) in order.
+        if os.environ.get("GS_TEST_HANG"):
+            await asyncio.sleep(0.2 * (len(docs) - i))
+
+        async def fetch() -> str:
+            note(f"fetch {doc}")
+            await asyncio.sleep(0.2 * (len(docs) - i))
+            return f"text of {doc}"
+
+        text = await ctx.step("fetch", fetch)
+
+        def summarize() -> str:
+            note(f"summarize {doc}")
+            return f"summary of {text}"
+
+        return await ctx.step("summarize", summarize)
+
+    outs = await asyncio.gather(*(branch(i, d) for i, d in enumerate(docs)))
+    await ctx.step("hang", hang_once)
+    return dict(zip(docs, outs))
+
+
+@workflow(name="pool", durable=True)
+async def pool(ctx: WorkflowContext, docs: list[str]) -> dict[str, str]:
+    # Two workers take documents from a queue: who takes which depends on timing.
+    todo: asyncio.Queue[str] = asyncio.Queue()
+    for doc in docs:
+        todo.put_nowait(doc)
+    done: dict[str, str] = {}
+
+    async def worker() -> None:
+        while not todo.empty():
+            doc = todo.get_nowait()
+
+            async def summarize(doc: str = doc) -> str:
+                note(f"summarize {doc}")
+                await asyncio.sleep(0.05 * (1 + docs.index(doc) % 3))
+                return f"summary of {doc}"
+
+            # Named for its document: a recovery never takes another one's checkpoint.
+            done[doc] = await ctx.step(f"summarize {doc}", summarize)
+
+    await asyncio.gather(worker(), worker())
+    await ctx.step("hang", hang_once)
+    return done
+
+
+@workflow(name="ident")
+async def ident(ctx: WorkflowContext, i: int) -> int:
+    def mark() -> int:
+        note(f"ident {i}")
+        return i
+    return await ctx.step("mark", mark)
+
+
+@workflow(name="spawner", durable=True)
+async def spawner(ctx: WorkflowContext, n: int) -> list[int]:
+    outs = list(await asyncio.gather(*(ctx.spawn_workflow(ident, i, queue="sq") for i in range(n))))
+    # A spawn inside a step of a durable run, too.
+    outs.append(await ctx.step("hand-off", lambda: ctx.spawn_workflow(ident, 100, queue="sq")))
+    await ctx.step("hang", hang_once)
+    return outs
 """
 
 # Runs a workflow in a fresh process and prints {"status", "output", "tree"} as JSON.
@@ -208,6 +288,7 @@ def project(
         FAKE_URL=fake[1].base_url,
         GS_TEST_LOG=str(tmp_path / "steps.log"),
         GROUNDSWELL_DBOS_POLL_S="0.1",
+        GROUNDSWELL_DBOS_TAKEOVER_GRACE_S="1",
         GROUNDSWELL_HOME=str(tmp_path / "home"),
         PYTHONUNBUFFERED="1",
     )
@@ -329,6 +410,76 @@ def test_a_worker_killed_mid_child_leaves_the_child_to_the_other_worker(project:
     assert tree.get_node(child.parent_id).type.value == "spawn"
 
 
+def test_gathered_steps_recover_into_their_own_branches(project: Project) -> None:
+    docs = ["doc-a", "doc-b", "doc-c"]
+    hang = project.root / "hang"
+    first = project.start("-c", RUN, "gathered", json.dumps([docs]), GS_TEST_HANG=str(hang))
+    wait_for(hang)  # every fetch and summary is checkpointed; they finished c, b, a
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=10)
+
+    (recovered,) = project.run("-c", RECOVER)
+
+    # A recovery replays the checkpoints in start order (a, b, c); each still
+    # lands in its own branch.
+    assert recovered["output"] == {d: f"summary of text of {d}" for d in docs}
+    ran = Counter(line.split(" pid=")[0] for line in project.lines())
+    assert ran == Counter({f"{what} {d}": 1 for d in docs for what in ("fetch", "summarize")})
+    tree = EventTree.from_json(recovered["tree"])
+    assert tree.root is not None
+    steps = {f"{s.name}:{s.payload['output']}": s for s in tree.root.children[:-1]}
+    assert sorted(steps) == sorted(
+        [f"fetch:text of {d}" for d in docs] + [f"summarize:summary of text of {d}" for d in docs]
+    )
+    assert all(s.metrics.get("recovered") is True for s in steps.values())
+    (hang_step,) = tree.find(type="step", name="hang")
+    assert "recovered" not in hang_step.metrics  # it was running at the crash: it ran again
+
+
+def test_steps_handed_out_by_timing_never_take_another_items_checkpoint(
+    project: Project,
+) -> None:
+    docs = [f"d{i}" for i in range(6)]
+    hang = project.root / "hang"
+    first = project.start("-c", RUN, "pool", json.dumps([docs]), GS_TEST_HANG=str(hang))
+    wait_for(hang)
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=10)
+
+    (recovered,) = project.run("-c", RECOVER)
+
+    # On a recovery the workers may take other documents; a step whose key moved
+    # runs again, but every document keeps its own summary.
+    assert recovered["output"] == {d: f"summary of {d}" for d in docs}
+    tree = EventTree.from_json(recovered["tree"])
+    for step in tree.find(type="step"):
+        if step.name.startswith("summarize "):
+            assert step.payload["output"] == f"summary of {step.name.split()[1]}"
+
+
+def test_a_killed_durable_parent_finds_its_queued_children_again(project: Project) -> None:
+    project.worker("sq", "--concurrency", "8")
+    hang = project.root / "hang"
+    first = project.start("-c", RUN, "spawner", "[30]", GS_TEST_HANG=str(hang))
+    wait_for(hang)  # all 31 children finished, in whatever order the worker took them
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=10)
+
+    (recovered,) = project.run("-c", RECOVER)
+
+    assert recovered["status"] == "completed"
+    assert recovered["output"] == [*range(30), 100]  # each result back in its own place
+    ran = Counter(line.split(" pid=")[0] for line in project.lines())
+    assert ran == Counter({f"ident {i}": 1 for i in [*range(30), 100]})  # none ran twice
+    tree = EventTree.from_json(recovered["tree"])
+    spawns = tree.find(type="spawn")
+    assert len(spawns) == 31
+    for spawn in spawns:  # each spawn node holds the child it started, with its input
+        (child,) = tree.get_children(spawn.id)
+        assert child.payload["input"]["args"] == spawn.payload["input"]["args"]
+        assert spawn.payload["output"] == spawn.payload["input"]["args"][0]
+
+
 def test_on_sqlite_a_killed_run_is_finished_by_a_new_process_on_the_same_machine(
     project: Project, fake: tuple[FakeAnthropicAPI, LoopbackServer]
 ) -> None:
@@ -401,3 +552,17 @@ def test_worker_errors_are_one_line(tmp_path: Path, args: list[str], error: str)
     assert out.returncode == 2, out.stderr
     assert out.stderr.startswith(f"groundswell worker: {error}"), out.stderr
     assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+def test_a_worker_cannot_take_the_executor_id_of_a_live_one(project: Project) -> None:
+    project.worker("kids", "--executor-id", "worker-one")
+    out = subprocess.run(
+        [sys.executable, "-m", "groundswell.cli", "worker", "--queue", "kids",
+         "--executor-id", "worker-one"],
+        capture_output=True, text=True, timeout=60, env=project.env, cwd=project.root,
+    )  # fmt: skip
+    # Refused before DBOS launches: launching would hand the live worker's runs to this one.
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.startswith(
+        "groundswell worker: executor id 'worker-one' is in use by a live process"
+    ), out.stderr

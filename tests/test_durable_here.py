@@ -7,18 +7,26 @@ processes are in ``test_durable.py``.
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import sys
 import threading
+import types
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from pydantic import SecretStr
 
 from groundswell import (
     Agent,
     ConfigurationError,
     GroundswellError,
+    ResponseValidationError,
+    Workflow,
     WorkflowContext,
     WorkflowError,
+    register_secret,
     workflow,
 )
 from groundswell.testing import FakeAnthropicAPI, FunctionModel
@@ -84,6 +92,54 @@ async def retrying(ctx: WorkflowContext) -> str:
     return await ctx.step("call", call)
 
 
+@workflow(name="gathered", durable=True)
+async def gathered(ctx: WorkflowContext, docs: list[str]) -> dict[str, str]:
+    async def branch(i: int, doc: str) -> str:
+        # The first branch fetches slowest, so the summaries start in reverse order.
+        delay = 0.02 * (len(docs) - i)
+        text = await ctx.step("fetch", lambda: asyncio.sleep(delay, result=f"text of {doc}"))
+        return await ctx.step("summarize", lambda: f"summary of {text}")
+
+    outs = await asyncio.gather(*(branch(i, d) for i, d in enumerate(docs)))
+    return dict(zip(docs, outs, strict=True))
+
+
+@workflow(name="nests-in-step", durable=True)
+async def nests_in_step(ctx: WorkflowContext) -> str:
+    inner = await ctx.step("inner", lambda: plain.run("deep"))
+    return str(inner.output)
+
+
+started: list[str] = []
+first_done = asyncio.Event()
+
+
+@workflow(name="cancellable", durable=True)
+async def cancellable(ctx: WorkflowContext) -> None:
+    async def first() -> None:
+        started.append(ctx.workflow_id)
+        first_done.set()
+
+    await ctx.step("first", first)
+    await ctx.step("wait", lambda: asyncio.sleep(60))
+
+
+LEAKY_SECRET = "pw-7f3c91d2e8"
+register_secret(LEAKY_SECRET)
+
+
+@workflow(name="leaky", durable=True)
+async def leaky(ctx: WorkflowContext) -> None:
+    def log_in() -> None:
+        raise PermissionError(f"could not log in with {LEAKY_SECRET}")
+
+    await ctx.step("log-in", log_in)
+
+
+async def bound_elsewhere(ctx: WorkflowContext) -> str:
+    return await ctx.step("only", lambda: "bound")
+
+
 @pytest.fixture(scope="module")
 def durable(postgres_url: str) -> Iterator[str]:
     """DBOS launched in this process on a fresh database (module scope: one per process)."""
@@ -118,24 +174,26 @@ async def test_a_durable_run_builds_the_tree_a_local_run_would_and_checkpoints_e
     ]
     # The run is the DBOS workflow of the same id, with one checkpoint per step,
     # the plain workflow's step included.
+    # Each is named for its key: the step's name and its position in the run.
     steps = await DBOS.list_workflow_steps_async(result.workflow_id)
-    assert [s["function_name"] for s in steps] == ["ask", "measure", "shout"]
+    assert [s["function_name"] for s in steps] == ["ask@0", "measure@0", "shout@0"]
     assert steps[0]["output"]["output"] == "seen: about tides"
     recorded = steps[0]["output"]["children"][0]  # the prompt's subtree, for recovery
     assert [n["type"] for n in recorded["nodes"]] == ["prompt", "model_call"]
 
 
-async def test_a_durable_run_inside_a_durable_run_is_its_dbos_child(durable: str) -> None:
+async def test_a_durable_run_inside_a_durable_run_is_checkpointed_as_part_of_it(
+    durable: str,
+) -> None:
     from dbos import DBOS
 
     result = await parent.run()
     assert result.output == 2 + len("seen: about kids")
     (child,) = result.tree.find(type="workflow", name="two-steps")
     assert child.parent_id == result.workflow_id  # mounted in place, as any nested run
-    children = await DBOS.list_workflows_async(parent_workflow_id=result.workflow_id)
-    assert [c.workflow_id for c in children] == [child.id]
+    assert await DBOS.list_workflows_async(parent_workflow_id=result.workflow_id) == []
     steps = await DBOS.list_workflow_steps_async(result.workflow_id)
-    assert [s["function_name"] for s in steps] == ["prep", "groundswell.run", "DBOS.getResult"]
+    assert [s["function_name"] for s in steps] == ["prep@0", "ask@0", "measure@0", "shout@0"]
 
 
 async def test_reflection_between_attempts_is_checkpointed_like_a_step(durable: str) -> None:
@@ -150,8 +208,8 @@ async def test_reflection_between_attempts_is_checkpointed_like_a_step(durable: 
     ]
     steps = await DBOS.list_workflow_steps_async(result.workflow_id)
     # The failed attempt, the reflection's decision and the retry, in order.
-    assert [s["function_name"] for s in steps] == ["call", "call", "call"]
-    assert isinstance(steps[0]["error"], TimeoutError)
+    assert [s["function_name"] for s in steps] == ["call@0", "call@1", "call@2"]
+    assert isinstance(steps[0]["error"].error, TimeoutError)
     assert steps[1]["output"]["output"].should_retry is True
 
 
@@ -178,16 +236,23 @@ async def test_a_step_output_that_cannot_be_checkpointed_is_a_clear_error(durabl
         await locked.run()
     cause = info.value.__cause__
     assert isinstance(cause, CheckpointError) and isinstance(cause, GroundswellError)
-    assert "step 'make-lock' returned a value that cannot be checkpointed" in str(cause)
-    assert "use plain data" in str(cause) or "return plain data" in str(cause)
+    assert "the output of step 'make-lock' is a lock, which cannot be checkpointed" in str(cause)
+    assert "use plain data" in str(cause)
     assert info.value.node_path == "locked/make-lock"
 
 
 async def test_a_result_that_cannot_be_checkpointed_is_a_clear_error(durable: str) -> None:
     from groundswell_dbos import CheckpointError
 
-    with pytest.raises(CheckpointError, match="the output of durable workflow 'returns-lock'"):
+    with pytest.raises(WorkflowError) as info:
         await returns_lock.run()
+    cause = info.value.__cause__
+    assert isinstance(cause, CheckpointError)
+    assert "the output of durable workflow 'returns-lock' is a lock" in str(cause)
+    assert info.value.node_path == "returns-lock"
+    result = info.value.result
+    assert result is not None and result.status.value == "failed"
+    assert result.node.status.value == "failed" and result.node.error["type"] == "CheckpointError"  # type: ignore[index]
 
 
 async def test_arguments_that_cannot_be_checkpointed_are_refused_before_the_run(
@@ -195,7 +260,9 @@ async def test_arguments_that_cannot_be_checkpointed_are_refused_before_the_run(
 ) -> None:
     from groundswell_dbos import CheckpointError
 
-    with pytest.raises(CheckpointError, match="the arguments of 'two-steps'"):
+    with pytest.raises(
+        CheckpointError, match="argument 1 of durable workflow 'two-steps' is a lock"
+    ):
         await two_steps.run(threading.Lock())  # type: ignore[arg-type]
 
 
@@ -264,3 +331,232 @@ def test_without_the_durable_extra_the_error_says_what_to_install(tmp_path: Any)
     )
     assert out.returncode == 0, out.stderr
     assert 'durable runs need DBOS: pip install "groundswell[durable]"' in out.stdout
+
+
+async def test_gathered_branches_checkpoint_each_step_under_its_branch_key(durable: str) -> None:
+    from dbos import DBOS
+
+    docs = ["doc-a", "doc-b", "doc-c"]
+    result = await gathered.run(docs)
+    assert result.output == {d: f"summary of text of {d}" for d in docs}
+    steps = await DBOS.list_workflow_steps_async(result.workflow_id)
+    # DBOS numbers the summaries in the order they started (c, b, a); the keys
+    # name the branch, so a recovery finds each one's own checkpoint.
+    by_key = {s["function_name"]: s["output"]["output"] for s in steps}
+    assert by_key == {
+        **{f"fetch@{i}.0": f"text of {d}" for i, d in enumerate(docs)},
+        **{f"summarize@{i}.0": f"summary of text of {d}" for i, d in enumerate(docs)},
+    }
+    summaries = [s["function_name"] for s in steps if s["function_name"].startswith("summ")]
+    assert summaries == ["summarize@2.0", "summarize@1.0", "summarize@0.0"]
+
+
+async def test_a_step_that_runs_a_workflow_checkpoints_its_result(durable: str) -> None:
+    from dbos import DBOS
+
+    result = await nests_in_step.run()
+    assert result.output == "DEEP"
+    (step,) = await DBOS.list_workflow_steps_async(result.workflow_id)
+    copy = step["output"]["output"]  # the WorkflowResult, as its checkpoint holds it
+    assert copy.output == "DEEP" and copy.status.value == "completed"
+    assert [n.name for n in copy.tree.walk()] == ["plain", "shout"]
+
+
+async def test_a_cancelled_caller_leaves_the_run_pending_and_cancel_ends_it(
+    durable: str,
+) -> None:
+    import groundswell_dbos
+    from dbos import DBOS
+
+    task = asyncio.create_task(cancellable.run())
+    await first_done.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    # Like a crash: the run is still there for a recovery to finish.
+    status = await DBOS.get_workflow_status_async(started[0])
+    assert status is not None and status.status == "PENDING"
+    await groundswell_dbos.cancel(started[0])
+    status = await DBOS.get_workflow_status_async(started[0])
+    assert status is not None and status.status == "CANCELLED"
+
+
+async def test_a_step_error_holding_a_secret_is_checkpointed_scrubbed(durable: str) -> None:
+    from dbos import DBOS
+    from groundswell_dbos import StepFailed
+
+    with pytest.raises(WorkflowError) as info:
+        await leaky.run()
+    live = info.value.__cause__
+    assert isinstance(live, PermissionError)  # this process sees what really happened
+    assert info.value.result is not None
+    (step,) = await DBOS.list_workflow_steps_async(info.value.result.workflow_id)
+    recorded = step["error"].error  # what a recovery would raise
+    assert isinstance(recorded, StepFailed) and recorded.recoverable is True
+    assert str(recorded) == "PermissionError: could not log in with **********"
+    assert LEAKY_SECRET not in repr(step) and LEAKY_SECRET not in repr(vars(step["error"]))
+    assert not hasattr(live, "_groundswell_children")  # the user's exception is untouched
+
+
+class AuthFailed(Exception):
+    """An error that keeps the request it failed on, headers included."""
+
+    def __init__(self, message: str, request: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.request = request
+
+
+@workflow(name="deep-leak", durable=True)
+async def deep_leak(ctx: WorkflowContext) -> None:
+    def call() -> None:
+        raise AuthFailed("denied", {"headers": {"x-api-key": LEAKY_SECRET}})
+
+    await ctx.step("call", call)
+
+
+@workflow(name="unloadable", durable=True)
+async def unloadable(ctx: WorkflowContext) -> None:
+    def parse() -> None:
+        # Keyword-only fields: it pickles, but cannot be rebuilt from the pickle.
+        raise ResponseValidationError("no JSON in the reply", raw="oops", errors=[])
+
+    await ctx.step("parse", parse)
+
+
+@workflow(name="long-error", durable=True)
+async def long_error(ctx: WorkflowContext) -> None:
+    def fail() -> None:
+        raise ValueError("x" * 20_000)
+
+    await ctx.step("fail", fail)
+
+
+@pytest.mark.parametrize(
+    ("flow", "kept"),
+    [
+        (deep_leak, None),  # a secret deep in an attribute: the scrubbed stand-in
+        (unloadable, None),  # could not be loaded back: the stand-in
+        (long_error, ValueError),  # long, but no secret: checkpointed as it is
+    ],
+)
+async def test_a_step_error_is_checkpointed_as_itself_only_when_it_is_safe_to(
+    durable: str, flow: Workflow[..., Any], kept: type[Exception] | None
+) -> None:
+    from dbos import DBOS
+    from groundswell_dbos import StepFailed
+
+    with pytest.raises(WorkflowError) as info:
+        await flow.run()
+    assert info.value.result is not None
+    (step,) = await DBOS.list_workflow_steps_async(info.value.result.workflow_id)
+    recorded = step["error"].error
+    assert isinstance(recorded, kept or StepFailed)
+    assert LEAKY_SECRET not in repr(vars(step["error"]))
+
+
+class FromTheScript:
+    """Stands for a class defined in the script being run."""
+
+
+FromTheScript.__module__ = "__main__"
+
+
+@workflow(name="script-class", durable=True)
+async def script_class(ctx: WorkflowContext) -> None:
+    await ctx.step("make", FromTheScript)
+
+
+async def test_a_value_of_a_class_from_the_running_script_is_refused(durable: str) -> None:
+    from groundswell_dbos import CheckpointError
+
+    with pytest.raises(WorkflowError) as info:
+        await script_class.run()
+    cause = info.value.__cause__
+    assert isinstance(cause, CheckpointError)
+    assert "the output of step 'make' holds a FromTheScript defined in the script" in str(cause)
+
+
+async def test_pydantic_secrets_are_refused_as_arguments(durable: str) -> None:
+    from groundswell_dbos import CheckpointError
+
+    with pytest.raises(CheckpointError, match="holds a pydantic SecretStr") as info:
+        await two_steps.run(SecretStr("hunter2-token"))  # type: ignore[arg-type]
+    assert "argument 1 of durable workflow 'two-steps'" in str(info.value)
+
+
+async def test_a_workflow_bound_in_another_module_is_found_there(durable: str) -> None:
+    from groundswell_dbos._targets import target_of
+
+    module = types.ModuleType("gs_bound_flows")
+    module.job = Workflow(bound_elsewhere, name="bound", durable=True)  # type: ignore[attr-defined]
+    sys.modules[module.__name__] = module
+    try:
+        result = await module.job.run()  # type: ignore[attr-defined]
+        assert result.output == "bound"
+        assert target_of(module.job)["module"] == "gs_bound_flows"  # type: ignore[attr-defined]
+    finally:
+        del sys.modules[module.__name__]
+
+
+async def test_configure_after_launch_keeps_the_running_settings_and_says_so(
+    durable: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    import groundswell_dbos
+    from groundswell_dbos import _runtime
+
+    await two_steps.run("launch")  # DBOS runs in this process from here on
+    caplog.set_level(logging.WARNING, logger="groundswell.dbos")
+    groundswell_dbos.configure(system_database_url=durable)  # the same settings: fine
+    assert not caplog.records
+    groundswell_dbos.configure(system_database_url="postgresql://me:pw-secret9@elsewhere/db")
+    (record,) = caplog.records
+    assert "system_database_url=postgresql://me:***@elsewhere/db ignored" in record.getMessage()
+    assert "pw-secret9" not in record.getMessage()
+    assert _runtime.settings()["system_database_url"] == durable
+
+
+async def test_a_live_process_keeps_its_liveness_lock_when_its_connection_drops(
+    durable: str,
+) -> None:
+    import psycopg
+    from groundswell_dbos import _runtime
+
+    await two_steps.run("launch")
+    live = _runtime.liveness()
+    dropped = live._holder
+    with psycopg.connect(durable, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (dropped.info.backend_pid,))
+    for _ in range(100):  # the keep-alive notices within a second and takes it again
+        if live._holder is not dropped:
+            break
+        await asyncio.sleep(0.1)
+    assert live._holder is not dropped
+    assert _runtime.Liveness(durable, "an-observer").is_dead(live.me) is False
+    # And no second process may start with the same executor id.
+    with pytest.raises(ConfigurationError, match="is in use by a live process"):
+        _runtime.Liveness(durable, live.me).hold()
+
+
+async def _app_own_keys() -> list[str]:
+    from groundswell_dbos._keys import op_key
+
+    async def spawn_key() -> str:
+        keyed = op_key("spawn ident")
+        assert keyed is not None
+        return keyed[1]
+
+    return list(await asyncio.gather(spawn_key(), spawn_key(), spawn_key()))
+
+
+async def test_spawns_in_an_applications_own_dbos_workflow_get_distinct_keys(
+    durable: str,
+) -> None:
+    from dbos import DBOS
+    from groundswell_dbos._engine import ENGINE
+
+    await ENGINE.ready()
+    # The application's own DBOS workflow (not a Groundswell run) spawning from
+    # several tasks: each spawn needs an id of its own.
+    app_own = DBOS.workflow(name="app-own-keys")(_app_own_keys)
+    keys = await app_own()
+    assert len(set(keys)) == 3, keys

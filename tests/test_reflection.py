@@ -288,6 +288,9 @@ def test_is_recoverable_classifies_errors() -> None:
     wrapped.__cause__ = ModelAPIError("key", status_code=401)
     assert not is_recoverable(wrapped)
     assert not is_recoverable(ExceptionGroup("g", [ConfigurationError("bad")]))
+    stand_in = RuntimeError("ModelAPIError: key")  # stands for a fatal error it replaced
+    stand_in.recoverable = False  # type: ignore[attr-defined]
+    assert not is_recoverable(stand_in)
 
 
 async def test_cancellation_during_reflection_is_never_swallowed() -> None:

@@ -80,6 +80,23 @@ def test_json_round_trip_is_flat_and_equal() -> None:
     assert rebuilt.to_json() == data
 
 
+def test_scrub_replaces_registered_secrets_in_text_of_any_length() -> None:
+    from groundswell import register_secret, scrub
+
+    register_secret("sk-scrub-test-91b2")
+    text = "x" * 50_000 + " key=sk-scrub-test-91b2"
+    assert scrub(text) == "x" * 50_000 + " key=**********"  # nothing cut, nothing else changed
+    assert scrub("no secret here") == "no secret here"
+
+
+def test_a_subtree_serialized_alone_rebuilds_as_a_tree_of_its_own() -> None:
+    tree, n = small_tree()
+    part = EventTree.from_json(tree.to_json(start=n["a"].id))
+    assert [x.name for x in part.walk()] == ["a", "a1", "a2"]
+    assert part.root is not None and part.root.parent_id is None
+    assert part.get_node(n["a2"].id).error == {"type": "ValueError", "message": "bad input"}
+
+
 def test_jsonl_event_log_replays_into_an_equal_tree(tmp_path: Path) -> None:
     tree, _ = small_tree()
     path = tree.save(tmp_path / "run.jsonl")

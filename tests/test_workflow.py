@@ -124,6 +124,25 @@ async def test_nested_run_result_and_workflow_ids() -> None:
     assert inner_result.node.id == ids["inner"][0]
 
 
+async def test_a_nested_result_pickles_as_data_with_its_own_tree() -> None:
+    import pickle
+
+    @workflow(name="inner")
+    async def inner(ctx: WorkflowContext, word: str) -> str:
+        return await ctx.step("shout", lambda: word.upper())
+
+    @workflow(name="outer")
+    async def outer(ctx: WorkflowContext) -> Any:
+        return await ctx.step("call", lambda: inner.run("hi"))
+
+    nested = (await outer.run()).output
+    copy = pickle.loads(pickle.dumps(nested))
+    assert copy.output == "HI" and copy.status is NodeStatus.COMPLETED
+    assert copy.tree is not nested.tree and copy.node is copy.tree.root
+    assert [n.name for n in copy.tree.walk()] == ["inner", "shout"]
+    assert copy.node.id == nested.node.id and copy.duration == nested.duration
+
+
 async def test_gather_branches_mount_under_their_own_steps_without_cross_talk() -> None:
     @workflow(name="leaf")
     async def leaf(ctx: WorkflowContext, i: int) -> int:

@@ -30,7 +30,7 @@ from groundswell import (
     hookimpl,
 )
 
-__all__ = ["CheckpointError", "configure", "executor_id", "recover"]
+__all__ = ["CheckpointError", "StepFailed", "cancel", "configure", "executor_id", "recover"]
 
 _INSTALL = 'durable runs need DBOS: pip install "groundswell[durable]"'
 
@@ -39,8 +39,21 @@ class CheckpointError(GroundswellError):
     """A durable workflow's arguments, a step's output or a run's result cannot be checkpointed.
 
     Checkpoints are pickled: use plain data (dicts, lists, strings, numbers,
-    dataclasses or pydantic models defined at module level).
+    dataclasses or pydantic models defined at module level). A pydantic
+    ``SecretStr``/``SecretBytes`` is refused too: the checkpoint would hold it in clear.
     """
+
+
+class StepFailed(GroundswellError):
+    """A step's failure replayed from its checkpoint, standing in for the original exception.
+
+    A failed step's exception is checkpointed as it is, so a recovered run takes
+    the same path; when it cannot be pickled and loaded back, or holds a
+    secret, its type name and scrubbed message are checkpointed as this
+    instead. ``recoverable`` keeps whether reflection could retry the original.
+    """
+
+    recoverable: bool = True
 
 
 def _require_dbos() -> None:
@@ -83,10 +96,14 @@ def register_cli_commands() -> CliCommand:
 def configure(**config: Any) -> None:
     """Set DBOS settings (``DBOSConfig`` keys, e.g. ``system_database_url``) before the first run.
 
-    Raises `ConfigurationError` once DBOS has launched in this process.
+    Also registers Groundswell's DBOS workflow, so an application that launches
+    DBOS itself calls this (with no settings) before ``DBOS.launch()``. Once
+    DBOS runs in this process, settings that differ from its own are ignored
+    with a warning: a worker keeps the database it was started on when it
+    imports a module that calls this.
     """
     _require_dbos()
-    from . import _runtime
+    from . import _engine, _runtime  # noqa: F401 - importing _engine registers the workflow
 
     _runtime.configure(**config)
 
@@ -97,6 +114,33 @@ def executor_id() -> str:
     from . import _runtime
 
     return _runtime.executor_id()
+
+
+async def cancel(run_id: str) -> None:
+    """End a durable run for good, with every child it queued (at any depth).
+
+    ``run_id`` is the run's workflow id (``result.workflow_id``, or
+    ``ctx.workflow_id`` inside it). Cancelling the task that awaits a durable
+    run only stops that process waiting: the run stays pending and is
+    recovered, as after a crash. A running execution stops at its next step.
+    """
+    _require_dbos()
+    from dbos import DBOS
+
+    from . import _runtime
+    from ._keys import outside
+
+    if not _runtime.is_launched():
+        await asyncio.to_thread(_runtime.launch)
+
+    async def cancel_all() -> None:
+        # Children's ids start with their parent's id and "/": one query finds every level.
+        children = await DBOS.list_workflows_async(
+            workflow_id_prefix=f"{run_id}/", load_input=False, load_output=False
+        )
+        await DBOS.cancel_workflows_async([run_id, *(c.workflow_id for c in children)])
+
+    await outside(cancel_all())
 
 
 async def recover(
@@ -111,6 +155,9 @@ async def recover(
     crash come back from their checkpoints, marked ``recovered``. A run that
     fails is returned with ``status`` ``failed`` (``.error`` says why). Queued
     children of dead workers go back to their queues and are not returned.
+    An executor counts as dead once its lock has stayed free for the takeover
+    grace (5 s, ``GROUNDSWELL_DBOS_TAKEOVER_GRACE_S``), so this takes that
+    long when it finds one.
     """
     _require_dbos()
     from dbos import DBOS

@@ -2,35 +2,29 @@
 
 Every durable Groundswell run is one DBOS workflow, ``groundswell.run``, whose
 input names the Groundswell workflow to run (module and attribute) and its
-arguments. Inside it, each ``ctx.step`` is a DBOS step whose checkpoint holds
-the step's output *and* the subtree it built, so a recovered run rebuilds the
-whole tree without running finished steps (or their model calls) again.
+arguments. Inside it, each ``ctx.step`` is a DBOS step named for its stable key
+(see ``_keys``), whose checkpoint holds the step's output *and* the subtree it
+built, so a recovered run rebuilds the whole tree without running finished
+steps (or their model calls) again. A queued child's DBOS workflow id is its
+parent's id and its key.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
-import hashlib
-import importlib
-import importlib.util
+import dataclasses
+import logging
 import os
-import pickle
-import sys
-import weakref
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 from dbos import DBOS, SetWorkflowID
 
 from groundswell import (
-    ConfigurationError,
     EventNode,
     EventTree,
-    GroundswellError,
     NodeStatus,
-    Workflow,
     WorkflowCall,
     WorkflowContext,
     WorkflowError,
@@ -41,21 +35,17 @@ from groundswell import (
 )
 
 from . import CheckpointError, _runtime
+from ._checkpoint import StepFailure, check_arguments, check_checkpointable, step_failure
+from ._keys import Run, branch_here, current_run, op_key, outside, root_branch
+from ._targets import resolve, target_of
+from ._waiter import wait_for
 
-__all__ = ["ENGINE", "WORKFLOW_NAME", "DBOSEngine", "DurableRunFailed"]
+__all__ = ["ENGINE", "WORKFLOW_NAME", "DBOSEngine", "DurableRunFailed", "result_of"]
 
 WORKFLOW_NAME = "groundswell.run"
-# How often a parent asks whether a queued child finished, and a queue is polled.
-POLL_S = float(os.environ.get("GROUNDSWELL_DBOS_POLL_S", "0.2"))
-# Set on a step's exception before DBOS checkpoints it, so a replayed failure
-# still shows what the failed attempt did.
-_CHILDREN_ATTR = "_groundswell_children"
 
 _live: contextvars.ContextVar[WorkflowCall | None] = contextvars.ContextVar(
     "groundswell_dbos_live", default=None
-)
-_targets: weakref.WeakKeyDictionary[Workflow[Any, Any], dict[str, str]] = (
-    weakref.WeakKeyDictionary()
 )
 
 
@@ -75,100 +65,6 @@ class DurableRunFailed(Exception):
         return (type(self), (self.message, self.node_path, self.failed_id, self.tree))
 
 
-class StepFailed(GroundswellError):
-    """Stands in for a step's exception that could not be checkpointed (on replay)."""
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), self.args, self.__dict__)
-
-
-def _checkpointable(value: Any, what: str) -> None:
-    try:
-        pickle.dumps(value)
-    except Exception as exc:
-        raise CheckpointError(
-            f"{what} is a {type(value).__name__}, which cannot be checkpointed "
-            f"({type(exc).__name__}: {exc}); use plain data: dicts, lists, strings, "
-            "numbers, dataclasses or pydantic models defined at module level"
-        ) from exc
-
-
-# -- naming workflows so another process can import them ----------------------------
-
-
-def target_of(wf: Workflow[Any, Any]) -> dict[str, str]:
-    """Where another process finds ``wf``: its module and the attribute holding it."""
-    known = _targets.get(wf)
-    if known is not None:
-        return known
-    module_name = getattr(wf.executor, "__module__", None) or ""
-    module = sys.modules.get(module_name)
-    attr = next((k for k, v in vars(module).items() if v is wf), None) if module else None
-    if module is None or attr is None:
-        raise ConfigurationError(
-            f"durable workflow {wf.name!r} must be a module-level name, so that a recovering "
-            f"process or a worker can import it; it is not found in module {module_name!r} "
-            "(was it made inside a function, or at run time?)"
-        )
-    target = {"module": module_name, "attr": attr, "name": wf.name}
-    if module_name == "__main__":
-        file = getattr(module, "__file__", None)
-        if not file:
-            raise ConfigurationError(
-                f"durable workflow {wf.name!r} is defined in an interactive session; "
-                "define it in a file that other processes can import"
-            )
-        target["file"] = str(Path(file).resolve())
-    _targets[wf] = target
-    return target
-
-
-def resolve(target: dict[str, str]) -> Workflow[Any, Any]:
-    """Import the workflow ``target`` names; `ConfigurationError` saying how to fix it."""
-    label = f"{target.get('module')}:{target.get('attr')}"
-    try:
-        module = _import(target)
-        wf = getattr(module, target["attr"])
-    except Exception as exc:
-        raise ConfigurationError(
-            f"durable workflow {target.get('name')!r} ({label}) cannot be imported by "
-            f"executor {_runtime.executor_id()}: {type(exc).__name__}: {exc}; run workers "
-            "and recovering processes with the same code, from the project folder or with "
-            "PYTHONPATH set so that the module imports"
-        ) from exc
-    if not isinstance(wf, Workflow):
-        raise ConfigurationError(
-            f"{label} is a {type(wf).__name__}, not a Workflow; was it renamed since the run started?"
-        )
-    return wf
-
-
-def _import(target: dict[str, str]) -> Any:
-    if target["module"] != "__main__":
-        return importlib.import_module(target["module"])
-    # A script's workflows: this process may be that script, or a worker that
-    # loads it by path (its `if __name__ == "__main__":` block does not run).
-    file = target["file"]
-    main = sys.modules.get("__main__")
-    main_file = getattr(main, "__file__", None)
-    if main_file and os.path.exists(file) and os.path.samefile(main_file, file):
-        return main
-    name = "groundswell_script_" + hashlib.sha256(file.encode()).hexdigest()[:12]
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, file)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"no script at {file}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        del sys.modules[name]
-        raise
-    return module
-
-
 # -- the one DBOS workflow -----------------------------------------------------------
 
 
@@ -178,21 +74,52 @@ async def durable_run(
 ) -> dict[str, Any]:
     """Run a Groundswell workflow as a DBOS workflow; return its output and tree."""
     call = _live.get()
-    if call is not None:
+    run = Run(str(DBOS.workflow_id))
+    if call is not None:  # started just now by run_workflow: nothing to recover
         _live.set(None)  # runs started inside this one must not take it
     else:  # recovery, a queued child on a worker, or a rerun elsewhere
         call = WorkflowCall(resolve(target), tuple(args), dict(kwargs))
+        await run.load()
+    token = root_branch(run)
     try:
-        result = await call.run_here(run_id=DBOS.workflow_id, engine=ENGINE)
+        result = await call.run_here(run_id=run.workflow_id, engine=ENGINE)
     except WorkflowError as exc:
         raise _recordable_failure(exc) from None
-    record = {
+    finally:
+        _branch_reset(token)
+    try:
+        check_checkpointable(
+            result.output, f"the output of durable workflow {call.workflow.name!r}"
+        )
+    except CheckpointError as exc:
+        error = _fail_finished_run(result, exc)
+        call.outcome = error
+        raise _recordable_failure(error) from None
+    return {
         "output": result.output,
         "tree": result.tree.to_json(start=result.node.id),
         "duration": result.duration,
     }
-    _checkpointable(result.output, f"the output of durable workflow {call.workflow.name!r}")
-    return record
+
+
+def _branch_reset(token: contextvars.Token[Any]) -> None:
+    token.var.reset(token)
+
+
+def _fail_finished_run(result: WorkflowResult[Any], exc: CheckpointError) -> WorkflowError:
+    """Turn a run whose result cannot be checkpointed into a failed one, as any failure is."""
+    tree, node = result.tree, result.node
+    node.error = {"type": type(exc).__name__, "message": redact(str(exc))}
+    tree.set_status(node, NodeStatus.FAILED)
+    failed = dataclasses.replace(result, output=None, status=NodeStatus.FAILED, error=exc)
+    path = tree.path(node.id)
+    error = WorkflowError(
+        f"workflow {result.node.name!r} failed at {path}: CheckpointError: {exc}",
+        node_path=path,
+        result=failed,
+    )
+    error.__cause__ = exc
+    return error
 
 
 def _recordable_failure(exc: WorkflowError) -> DurableRunFailed:
@@ -214,8 +141,19 @@ def _recordable_failure(exc: WorkflowError) -> DurableRunFailed:
 # -- turning checkpoints back into trees ---------------------------------------------
 
 
-def _recorded_result(record: dict[str, Any]) -> WorkflowResult[Any]:
+def _unreadable(what: str, value: Any) -> CheckpointError:
+    # DBOS hands back the stored text when it cannot unpickle a checkpoint.
+    return CheckpointError(
+        f"the checkpoint of {what} cannot be loaded in this process (DBOS gave back a "
+        f"{type(value).__name__}); a class it holds is not importable here: run workers "
+        "and recovering processes with the same code"
+    )
+
+
+def _recorded_result(record: Any, what: str = "a queued run") -> WorkflowResult[Any]:
     """A `WorkflowResult` for a run that finished elsewhere, mounted here when inside a run."""
+    if not isinstance(record, dict) or "tree" not in record:
+        raise _unreadable(what, record)
     tree, parent = current_tree(), current_node()
     if tree is not None and parent is not None:
         node = tree.mount(record["tree"], parent)
@@ -266,7 +204,7 @@ def result_of(record: Any) -> WorkflowResult[Any]:
         error = _recorded_error(record)
         assert error.result is not None
         return error.result
-    return _recorded_result(record)
+    return _recorded_result(record, "a recovered run")
 
 
 def _mount_children(tree: EventTree, node: EventNode, children: Any) -> None:
@@ -277,14 +215,38 @@ def _mount_children(tree: EventTree, node: EventNode, children: Any) -> None:
             continue  # already mounted (a re-raised checkpoint), or not a tree
 
 
+def _rebind(value: Any, tree: EventTree) -> Any:
+    """A checkpointed `WorkflowResult` has its own copy of the tree; point it at ``tree``."""
+    if isinstance(value, WorkflowResult) and value.node.id in tree:
+        return dataclasses.replace(value, tree=tree, node=tree.get_node(value.node.id))
+    if type(value) in (list, tuple):
+        return type(value)(_rebind(v, tree) for v in value)
+    if type(value) is dict:
+        return {k: _rebind(v, tree) for k, v in value.items()}
+    return value
+
+
+def _replay_step(tree: EventTree, node: EventNode, recorded: dict[str, Any]) -> Any:
+    """A step that finished before: its subtree and output (or error) from its checkpoint."""
+    what = f"step {node.name!r}"
+    error, output = recorded["error"], recorded["output"]
+    if error is not None and not isinstance(error, StepFailure):
+        raise _unreadable(what, error)
+    if error is None and not (isinstance(output, dict) and "children" in output):
+        raise _unreadable(what, output)
+    _mount_children(tree, node, error.children if error is not None else output["children"])
+    node.metrics["recovered"] = True
+    tree.add_event(node, "recovered", workflow_id=DBOS.workflow_id)
+    if error is not None:
+        raise error.error
+    return _rebind(output["output"], tree)
+
+
 # -- the engine ------------------------------------------------------------------------
 
 
 class DBOSEngine:
     """Durable execution on DBOS: the ``dbos`` execution backend (one per process: `ENGINE`)."""
-
-    def __init__(self) -> None:
-        self._queues: set[str] = set()
 
     async def ready(self) -> None:
         """Launch DBOS in this process if nothing has yet (in a thread: it connects)."""
@@ -292,176 +254,124 @@ class DBOSEngine:
             await asyncio.to_thread(_runtime.launch)
 
     async def run_workflow(self, call: WorkflowCall) -> WorkflowResult[Any]:
+        if DBOS.step_id is not None or current_run() is not None:
+            # Inside a durable run (or one of its steps): part of that run, its
+            # steps checkpointed with the run's.
+            return await call.run_here(engine=self)
         await self.ready()
-        if DBOS.step_id is not None:
-            # Inside a durable step: the step's checkpoint already covers this run.
-            return await call.run_here()
         target = target_of(call.workflow)
-        _checkpointable((call.args, call.kwargs), f"the arguments of {call.workflow.name!r}")
+        check_arguments(call)
         token = _live.set(call)
+        run_id: str | None = None
         try:
             if DBOS.workflow_id is not None:
-                # A child of a durable run: DBOS gives it an id derived from its place
-                # in the parent, so a recovered parent finds the child's checkpoint.
+                # Called from an application's own DBOS workflow: a child of it.
                 record = await durable_run(target, call.args, call.kwargs)
             else:
-                with SetWorkflowID(os.urandom(8).hex()):
+                run_id = os.urandom(8).hex()
+                with SetWorkflowID(run_id):
                     record = await durable_run(target, call.args, call.kwargs)
         except DurableRunFailed as exc:
             if isinstance(call.outcome, BaseException):
                 # It ran here: re-raise the original error, with its tree and cause.
                 raise call.outcome  # noqa: B904
             raise _recorded_error(exc) from None
+        except asyncio.CancelledError:
+            # Only this process stopped (a shutdown, a timeout around the call): the
+            # durable run stays pending for recover() or a worker to finish, as after
+            # a crash. groundswell_dbos.cancel(run_id) is how a run is ended for good.
+            _runtime.logger.info(
+                "the caller of durable run %s (%r) was cancelled; the run stays pending "
+                "until recover() or a worker finishes it, or groundswell_dbos.cancel() ends it",
+                run_id,
+                call.workflow.name,
+            )
+            raise
         finally:
             _live.reset(token)
         if isinstance(call.outcome, WorkflowResult):
             return call.outcome
-        return _recorded_result(record)
+        return _recorded_result(record, "a durable run")
 
     async def run_step(
         self, ctx: WorkflowContext, node: EventNode, call: Callable[[], Awaitable[Any]]
     ) -> Any:
         if DBOS.workflow_id is None or DBOS.step_id is not None:
-            return await call()  # not in a durable run, or nested in a step already
+            return await call()  # not in a durable run, or inside a step already
+        keyed = op_key(node.name)
+        assert keyed is not None
+        run, key = keyed
         tree = ctx.event_tree
-        ran = returned = False
+        recorded = run.recorded.pop(key, None)
+        if recorded is not None:
+            return _replay_step(tree, node, recorded)
         original: BaseException | None = None
 
         def children() -> list[dict[str, Any]]:
             return [tree.to_json(start=c.id) for c in node.children]
 
         async def body() -> dict[str, Any]:
-            nonlocal ran, returned, original
-            ran = True
+            nonlocal original
+            token = branch_here(run, key)
             try:
                 output = await call()
             except Exception as exc:
                 original = exc
-                raise _recordable_step_error(exc, children())  # noqa: B904 - often exc itself
-            returned = True
+                raise step_failure(exc, children()) from None
+            finally:
+                _branch_reset(token)
+            # Checked here, so the failure is checkpointed like any other (and DBOS
+            # never logs a value it could not serialize). The children are JSON.
+            check_checkpointable(output, f"the output of step {node.name!r}")
             return {"output": output, "children": children()}
 
         try:
-            record = await DBOS.run_step_async({"name": node.name}, body)
-        except Exception as exc:
-            if original is not None:
-                raise original  # noqa: B904 - the live failure, exactly as it happened
-            if ran and returned:
-                raise CheckpointError(
-                    f"step {node.name!r} returned a value that cannot be checkpointed "
-                    f"({type(exc).__name__}: {exc}); return plain data: dicts, lists, "
-                    "strings, numbers, dataclasses or pydantic models defined at module level"
-                ) from exc
-            if not ran:  # a checkpointed failure, replayed
-                _mount_children(tree, node, getattr(exc, _CHILDREN_ATTR, None))
-                _mark_recovered(tree, node)
-            raise
-        if not ran:
-            _mount_children(tree, node, record.get("children"))
-            _mark_recovered(tree, node)
+            record = await DBOS.run_step_async({"name": key}, body)
+        except StepFailure as failure:
+            # The live failure, exactly as it happened (not the checkpointed copy).
+            raise (original if original is not None else failure.error) from None
         return record["output"]
 
     async def spawn(
         self, ctx: WorkflowContext, node: EventNode, call: WorkflowCall, queue: str
     ) -> Any:
-        await self.ready()
+        # The key first, before anything awaits.
+        keyed = op_key(f"spawn {node.name}")
         target = target_of(call.workflow)
-        _checkpointable((call.args, call.kwargs), f"the arguments of {call.workflow.name!r}")
-        if queue not in self._queues:
-            await DBOS.register_queue_async(
-                queue, polling_interval_sec=POLL_S, on_conflict="never_update"
-            )
-            self._queues.add(queue)
-        handle = await DBOS.enqueue_workflow_async(
-            queue, durable_run, target, call.args, call.kwargs
-        )
-        ctx.event_tree.add_event(node, "enqueued", queue=queue, workflow_id=handle.workflow_id)
+        check_arguments(call)
+        await self.ready()
+        if keyed is not None:
+            # Inside a DBOS workflow: the child's id follows from the parent's and the
+            # spawn's key, so a recovered parent finds the child it started before.
+            run, key = keyed
+            child_id = f"{run.workflow_id}/{key}"
+        else:
+            child_id = os.urandom(8).hex()
+
+        async def enqueue() -> None:
+            with SetWorkflowID(child_id):
+                # Enqueuing an id that exists already returns that run (DBOS is idempotent).
+                await DBOS.enqueue_workflow_async(
+                    queue, durable_run, target, call.args, call.kwargs
+                )
+
+        await outside(enqueue())
+        ctx.event_tree.add_event(node, "enqueued", queue=queue, workflow_id=child_id)
         try:
-            record = await _waiter().result(handle.workflow_id)
+            record = await wait_for(child_id, queue)
         except DurableRunFailed as exc:
             raise _recorded_error(exc) from None
-        return _recorded_result(record).output
+        return _recorded_result(record, f"queued run {child_id}").output
 
 
 ENGINE = DBOSEngine()
 
-_DONE = ["SUCCESS", "ERROR", "CANCELLED", "MAX_RECOVERY_ATTEMPTS_EXCEEDED"]
+
+class _QuietCancellation(logging.Filter):
+    """Drop DBOS's warning on every cancelled task: the tree records cancellations."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Asyncio task cancelled for workflow or step")
 
 
-class _Waiter:
-    """Waits for many queued runs with one status query per poll, not one per run.
-
-    A parent spawning 200 children would otherwise poll the database 200 times
-    per interval. The poll runs outside any DBOS workflow context, so a durable
-    parent's checkpoints do not depend on how many polls it took.
-    """
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self._waiting: dict[str, list[asyncio.Future[Any]]] = {}
-        self._task: asyncio.Task[None] | None = None
-
-    async def result(self, workflow_id: str) -> Any:
-        future: asyncio.Future[Any] = self._loop.create_future()
-        self._waiting.setdefault(workflow_id, []).append(future)
-        if self._task is None or self._task.done():
-            self._task = self._loop.create_task(self._poll(), context=contextvars.Context())
-        return await future
-
-    async def _poll(self) -> None:
-        while self._waiting:
-            ids = list(self._waiting)
-            try:
-                done = await DBOS.list_workflows_async(
-                    workflow_ids=ids, status=_DONE, load_input=False
-                )
-            except Exception as exc:  # the database blinked; ask again next round
-                _runtime.logger.warning("polling queued runs failed: %s", exc)
-                done = []
-            for status in done:
-                for future in self._waiting.pop(status.workflow_id, []):
-                    if future.done():
-                        continue
-                    if status.status == "SUCCESS":
-                        future.set_result(status.output)
-                    elif isinstance(status.error, BaseException):
-                        future.set_exception(status.error)
-                    else:
-                        future.set_exception(
-                            WorkflowError(f"queued run {status.workflow_id} ended {status.status}")
-                        )
-            for workflow_id, futures in list(self._waiting.items()):
-                futures[:] = [f for f in futures if not f.done()]  # cancelled waiters
-                if not futures:
-                    del self._waiting[workflow_id]
-            if self._waiting:
-                await asyncio.sleep(POLL_S)
-
-
-_waiters: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Waiter] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def _waiter() -> _Waiter:
-    loop = asyncio.get_running_loop()
-    waiter = _waiters.get(loop)
-    if waiter is None:
-        waiter = _waiters[loop] = _Waiter(loop)
-    return waiter
-
-
-def _recordable_step_error(exc: Exception, children: list[dict[str, Any]]) -> Exception:
-    try:
-        setattr(exc, _CHILDREN_ATTR, children)
-        pickle.dumps(exc)
-        return exc
-    except Exception:
-        stand_in = StepFailed(f"{type(exc).__name__}: {redact(str(exc))}")
-        setattr(stand_in, _CHILDREN_ATTR, children)
-        return stand_in
-
-
-def _mark_recovered(tree: EventTree, node: EventNode) -> None:
-    node.metrics["recovered"] = True
-    tree.add_event(node, "recovered", workflow_id=DBOS.workflow_id)
+logging.getLogger("dbos").addFilter(_QuietCancellation())

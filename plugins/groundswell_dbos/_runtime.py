@@ -19,13 +19,24 @@ import logging
 import os
 import socket
 import threading
+import time
 import zlib
 from pathlib import Path
 from typing import Any
 
 from groundswell import ConfigurationError
 
-__all__ = ["configure", "executor_id", "launch", "liveness", "settings", "shutdown"]
+__all__ = [
+    "Takeover",
+    "configure",
+    "dead_executors",
+    "executor_id",
+    "launch",
+    "liveness",
+    "pin",
+    "settings",
+    "shutdown",
+]
 
 logger = logging.getLogger("groundswell.dbos")
 
@@ -34,8 +45,16 @@ APP_NAME = "groundswell"
 # an application's single-key locks.
 _LOCK_CLASS = 0x6753
 
+# How often a process checks that it still holds its liveness lock, and how long
+# an executor's lock must stay free before others take it for dead.
+KEEPALIVE_S = 1.0
+TAKEOVER_GRACE_S = float(os.environ.get("GROUNDSWELL_DBOS_TAKEOVER_GRACE_S", "5"))
+
 _lock = threading.RLock()
 _settings: dict[str, Any] = {}
+_pinned: dict[str, Any] = {}
+# The settings DBOS was launched with here (empty when the application launched it).
+_launched_with: dict[str, Any] = {}
 _launched = False
 _listening: list[str] | None = None
 _liveness: Liveness | None = None
@@ -51,21 +70,44 @@ def configure(**config: Any) -> None:
     ``system_database_url`` is the one that matters: a PostgreSQL URL for runs
     shared by several processes or machines, or a SQLite URL for one machine.
     Without it, ``DBOS_SYSTEM_DATABASE_URL`` is used, else
-    ``sqlite:///~/.groundswell/dbos.sqlite``. Raises `ConfigurationError`
-    once DBOS has launched.
+    ``sqlite:///~/.groundswell/dbos.sqlite``. Settings a worker was started
+    with, and settings that differ from those DBOS already runs with, are
+    ignored with a warning.
     """
     with _lock:
-        if _launched:
-            raise ConfigurationError(
-                "groundswell_dbos.configure() must be called before the first durable run; "
-                "DBOS has already launched in this process"
+        ignored = {
+            k
+            for k, v in config.items()
+            if (k in _pinned and _pinned[k] != v) or (_launched and _launched_with.get(k) != v)
+        }
+        if ignored:
+            current = {**_launched_with, **_pinned}
+            given = ", ".join(f"{k}={_shown(k, config[k])}" for k in sorted(ignored))
+            running = (
+                ", ".join(f"{k}={_shown(k, current[k])}" for k in sorted(ignored) if k in current)
+                or "the application's own settings"
             )
-        _settings.update(config)
+            logger.warning(
+                "groundswell_dbos.configure(): %s ignored; this process runs DBOS with %s",
+                given,
+                running,
+            )
+        _settings.update({k: v for k, v in config.items() if k not in ignored})
+
+
+def pin(**config: Any) -> None:
+    """Settings that win over any `configure` call (a worker's ``--url``)."""
+    with _lock:
+        _pinned.update(config)
+
+
+def _shown(key: str, value: Any) -> str:
+    return _redact_url(str(value)) if key.endswith("url") else repr(value)
 
 
 def settings() -> dict[str, Any]:
     """The ``DBOSConfig`` Groundswell launches DBOS with."""
-    config: dict[str, Any] = {"name": APP_NAME, "log_level": "WARNING", **_settings}
+    config: dict[str, Any] = {"name": APP_NAME, "log_level": "WARNING", **_settings, **_pinned}
     if not config.get("system_database_url"):
         url = os.environ.get("DBOS_SYSTEM_DATABASE_URL")
         if not url:
@@ -84,7 +126,7 @@ def launch(*, listen: list[str] | None = None, executor: str | None = None) -> N
     host, pid and a random suffix; ``DBOS__VMID`` or a configured
     ``executor_id`` win, as in DBOS).
     """
-    global _launched, _listening, _liveness
+    global _launched, _listening, _liveness, _launched_with
     with _lock:
         if _launched:
             if listen and sorted(listen) != sorted(_listening or []):
@@ -97,6 +139,7 @@ def launch(*, listen: list[str] | None = None, executor: str | None = None) -> N
         from dbos import DBOS
 
         instance = dbos_state._dbos_global_instance
+        created = instance is None
         if instance is None:
             config = settings()
             if not os.environ.get("DBOS__VMID"):
@@ -105,6 +148,7 @@ def launch(*, listen: list[str] | None = None, executor: str | None = None) -> N
                 # runs of another process sharing it. Dead processes are found by their
                 # locks instead (see recover() and the workers' takeover loop).
                 config.setdefault("executor_id", executor or new_worker_id())
+            _launched_with = dict(config)
             try:
                 DBOS(config=config)  # type: ignore[arg-type]
             except Exception as exc:
@@ -114,7 +158,23 @@ def launch(*, listen: list[str] | None = None, executor: str | None = None) -> N
                 ) from exc
             instance = dbos_state._dbos_global_instance
         assert instance is not None
+        if not created and executor_id() == "local" and not os.environ.get("DBOS__VMID"):
+            logger.warning(
+                "the application's DBOS runs with executor id 'local'; give every process "
+                "its own (executor_id or DBOS__VMID) so that recovery can tell which died"
+            )
+        alive = Liveness(str(instance._config["system_database_url"]), executor_id())
         if not instance._launched:
+            try:
+                # Before launch: DBOS takes over an executor id's pending runs when it
+                # launches, which must not happen to the runs of a live process.
+                alive.hold()
+            except ConfigurationError:
+                if created:
+                    DBOS.destroy()
+                raise
+            except Exception:
+                pass  # a database DBOS has yet to create: no process can share it yet
             DBOS.listen_queues(list(listen or []))
             dbos_logger = logging.getLogger("dbos")
             was = dbos_logger.disabled
@@ -124,6 +184,7 @@ def launch(*, listen: list[str] | None = None, executor: str | None = None) -> N
                 DBOS.launch()
             except Exception as exc:
                 url = instance._config.get("system_database_url")
+                alive.release()
                 DBOS.destroy()  # a half-launched instance cannot be launched again
                 raise ConfigurationError(
                     f"DBOS could not launch on {_redact_url(str(url))}: {type(exc).__name__}: "
@@ -132,15 +193,16 @@ def launch(*, listen: list[str] | None = None, executor: str | None = None) -> N
             finally:
                 dbos_logger.disabled = was
         _listening = list(listen or [])
-        _liveness = Liveness(str(instance._config["system_database_url"]), executor_id())
-        _liveness.hold()
+        if not alive.held:
+            alive.hold()
+        _liveness = alive
         _launched = True
         logger.info("DBOS launched as executor %s", executor_id())
 
 
 def shutdown(timeout: float = 5.0) -> None:
     """Stop DBOS in this process (workers on SIGTERM; tests)."""
-    global _launched, _liveness, _listening
+    global _launched, _liveness, _listening, _launched_with
     with _lock:
         from dbos import DBOS
 
@@ -148,7 +210,7 @@ def shutdown(timeout: float = 5.0) -> None:
             DBOS.destroy(workflow_completion_timeout_sec=int(timeout))
         if _liveness is not None:
             _liveness.release()
-        _launched, _liveness, _listening = False, None, None
+        _launched, _liveness, _listening, _launched_with = False, None, None, {}
 
 
 def is_launched() -> bool:
@@ -209,6 +271,7 @@ class Liveness:
             db = Path(parsed.database or "dbos.sqlite")
             self._dir = db.parent / f"{db.name}.executors"
         self._holder: Any = None
+        self._stop = threading.Event()
 
     @staticmethod
     def _key(executor: str) -> int:
@@ -219,25 +282,83 @@ class Liveness:
     def _path(self, executor: str) -> Path:
         return self._dir / f"{hashlib.sha256(executor.encode()).hexdigest()[:32]}.lock"
 
-    def _connect(self) -> Any:
+    def _connect(self, timeout: int = 10) -> Any:
         import psycopg
 
-        return psycopg.connect(self._dsn, autocommit=True, connect_timeout=10)
+        return psycopg.connect(self._dsn, autocommit=True, connect_timeout=timeout)
+
+    @property
+    def held(self) -> bool:
+        """Whether this process holds its lock (see `hold`)."""
+        return self._holder is not None
 
     def hold(self) -> None:
-        """Hold this process's shared lock until it exits."""
+        """Take this process's shared lock, held until it exits.
+
+        Raises `ConfigurationError` when a live process already has this executor id.
+        """
         if self.postgres:
-            self._holder = self._connect()
-            self._holder.execute(
-                "SELECT pg_advisory_lock_shared(%s, %s)", (_LOCK_CLASS, self._key(self.me))
-            )
+            conn = self._connect()
+            args = (_LOCK_CLASS, self._key(self.me))
+            # Exclusive first: granted only if no live process holds the id.
+            row = conn.execute("SELECT pg_try_advisory_lock(%s, %s)", args).fetchone()
+            if not (row and row[0]):
+                conn.close()
+                raise self._taken()
+            conn.execute("SELECT pg_advisory_lock_shared(%s, %s)", args)
+            conn.execute("SELECT pg_advisory_unlock(%s, %s)", args)
+            self._holder = conn
+            threading.Thread(
+                target=self._keep_alive, name="groundswell-liveness", daemon=True
+            ).start()
         else:
             self._dir.mkdir(parents=True, exist_ok=True)
-            self._holder = open(self._path(self.me), "a+")  # noqa: SIM115 - held for life
-            fcntl.flock(self._holder, fcntl.LOCK_SH)
+            holder = open(self._path(self.me), "a+")  # noqa: SIM115 - held for life
+            try:
+                fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder.close()
+                raise self._taken() from None
+            fcntl.flock(holder, fcntl.LOCK_SH)
+            self._holder = holder
+
+    def _taken(self) -> ConfigurationError:
+        return ConfigurationError(
+            f"executor id {self.me!r} is in use by a live process sharing this database; "
+            "give every process its own (leave --executor-id, DBOS__VMID and executor_id "
+            "unset to get a unique one)"
+        )
+
+    def _keep_alive(self) -> None:
+        # The lock lives as long as its connection: a dropped connection (a database
+        # restart, a proxy's idle timeout) would make this live process look dead.
+        # Check it every second and take the lock again at once; others wait a grace
+        # period (TAKEOVER_GRACE_S) before they believe an executor is gone.
+        args = (_LOCK_CLASS, self._key(self.me))
+        while not self._stop.wait(KEEPALIVE_S):
+            try:
+                self._holder.execute("SELECT 1")
+                continue
+            except Exception:
+                if self._stop.is_set():
+                    return
+            logger.warning("liveness lock of executor %s was lost; taking it again", self.me)
+            with contextlib.suppress(Exception):
+                self._holder.close()
+            try:
+                # A short timeout: the lock must be back well within others' grace.
+                conn = self._connect(timeout=2)
+                conn.execute("SELECT pg_advisory_lock_shared(%s, %s)", args)
+                if self._stop.is_set():  # released while this connected
+                    conn.close()
+                    return
+                self._holder = conn
+            except Exception as exc:
+                logger.warning("could not take the liveness lock again (retrying): %s", exc)
 
     def release(self) -> None:
         """Let go of the lock (on shutdown)."""
+        self._stop.set()
         if self._holder is not None:
             with contextlib.suppress(Exception):
                 self._holder.close()
@@ -270,8 +391,7 @@ class Liveness:
             return True
 
 
-def dead_executors(workflow_name: str, *, only: list[str] | None = None) -> dict[str, list[Any]]:
-    """Executors that hold pending runs of ``workflow_name`` but no longer live: id → statuses."""
+def _pending_by_executor(workflow_name: str, only: list[str] | None) -> dict[str, list[Any]]:
     from dbos import DBOS
 
     pending = DBOS.list_workflows(
@@ -285,28 +405,61 @@ def dead_executors(workflow_name: str, *, only: list[str] | None = None) -> dict
     for status in pending:
         if status.executor_id:
             owners.setdefault(status.executor_id, []).append(status)
-    checker = liveness()
-    return {e: runs for e, runs in owners.items() if checker.is_dead(e)}
+    return owners
 
 
-def take_over_dead_executors(workflow_name: str) -> dict[str, int]:
-    """Hand the pending runs of executors that died back to their queues.
+def dead_executors(
+    workflow_name: str, *, only: list[str] | None = None, grace: float | None = None
+) -> dict[str, list[Any]]:
+    """Executors that hold pending runs of ``workflow_name`` but no longer live: id → statuses.
 
-    Returns ``{executor id: runs handed back}``. Safe to call from several
-    processes at once: DBOS moves each run back only while it still belongs to
-    the dead executor.
+    An executor counts as dead when its lock is free now and still free
+    ``grace`` seconds later (default `TAKEOVER_GRACE_S`), so a live process that
+    is taking its lock again after a dropped connection is not taken for dead.
     """
-    from dbos import DBOS
+    owners = _pending_by_executor(workflow_name, only)
+    checker = liveness()
+    free = [e for e in owners if checker.is_dead(e)]
+    wait = TAKEOVER_GRACE_S if grace is None else grace
+    if free and wait > 0:
+        time.sleep(wait)
+        free = [e for e in free if checker.is_dead(e)]
+    return {e: owners[e] for e in free}
 
-    dead = dead_executors(workflow_name)
-    pending = {e: sum(s.status == "PENDING" for s in runs) for e, runs in dead.items()}
-    dead = {e: runs for e, runs in dead.items() if pending[e]}
-    if dead:
-        DBOS._recover_pending_workflows(list(dead))
-        for executor in dead:
-            logger.warning(
-                "executor %s is gone; %d of its runs go back to their queues",
-                executor,
-                pending[executor],
-            )
-    return {e: pending[e] for e in dead}
+
+class Takeover:
+    """A worker's periodic check: hands dead executors' pending runs back to their queues.
+
+    An executor is dead once its lock has been free for `TAKEOVER_GRACE_S` (seen
+    on successive checks), for the reason `dead_executors` waits.
+    """
+
+    def __init__(self, workflow_name: str, grace: float | None = None) -> None:
+        self.workflow_name = workflow_name
+        self.grace = TAKEOVER_GRACE_S if grace is None else grace
+        self._free_since: dict[str, float] = {}
+
+    def check(self) -> dict[str, int]:
+        """Returns ``{executor id: runs handed back}``.
+
+        Safe to run in several processes at once: DBOS moves each run back only
+        while it still belongs to the dead executor.
+        """
+        from dbos import DBOS
+
+        owners = _pending_by_executor(self.workflow_name, None)
+        checker = liveness()
+        now = time.monotonic()
+        free = {e for e, runs in owners.items() if checker.is_dead(e)}
+        self._free_since = {e: self._free_since.get(e, now) for e in free}
+        dead = {
+            e: sum(s.status == "PENDING" for s in owners[e])
+            for e, since in self._free_since.items()
+            if now - since >= self.grace
+        }
+        dead = {e: n for e, n in dead.items() if n}
+        if dead:
+            DBOS._recover_pending_workflows(list(dead))
+            for executor in dead:
+                self._free_since.pop(executor, None)
+        return dead

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import signal
 import sys
 import threading
@@ -49,10 +50,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--url",
         metavar="URL",
         help="the DBOS system database (default: DBOS_SYSTEM_DATABASE_URL, else "
-        "SQLite in ~/.groundswell)",
+        "SQLite in ~/.groundswell); wins over configure() in the imported code",
     )
     parser.add_argument(
-        "--executor-id", metavar="ID", help="this worker's id (default: host-pid-random)"
+        "--executor-id",
+        metavar="ID",
+        help="this worker's id (default: host-pid-random); refused while a live process has it",
     )
     parser.add_argument(
         "--takeover-interval",
@@ -88,6 +91,12 @@ def _run(args: argparse.Namespace) -> int:
     if not all(queues):
         raise _Stop("--queue needs a name")
     sys.path.insert(0, str(Path.cwd()))  # workflows are imported as the parent named them
+    from . import _runtime
+
+    url = args.url or os.environ.get("DBOS_SYSTEM_DATABASE_URL")
+    if url:
+        # The database the worker was started on wins over one the imported code configures.
+        _runtime.pin(system_database_url=url)
     for module in args.imports:
         try:
             importlib.import_module(module)
@@ -96,12 +105,10 @@ def _run(args: argparse.Namespace) -> int:
 
     from dbos import DBOS
 
-    from . import _runtime
-    from ._engine import POLL_S, WORKFLOW_NAME
+    from ._engine import WORKFLOW_NAME
+    from ._waiter import POLL_S
 
     try:
-        if args.url:
-            _runtime.configure(system_database_url=args.url)
         _runtime.launch(listen=queues, executor=args.executor_id or _runtime.new_worker_id())
         for queue in queues:
             DBOS.register_queue(
@@ -126,9 +133,10 @@ def _run(args: argparse.Namespace) -> int:
         "Ctrl-C to stop",
         flush=True,
     )
+    takeover = _runtime.Takeover(WORKFLOW_NAME)
     while not stop.wait(args.takeover_interval):
         try:
-            taken = _runtime.take_over_dead_executors(WORKFLOW_NAME)
+            taken = takeover.check()
         except Exception as exc:  # the database blinked: try again next round
             print(f"worker: takeover check failed: {type(exc).__name__}: {exc}", file=sys.stderr)
             continue
