@@ -566,3 +566,28 @@ def test_a_worker_cannot_take_the_executor_id_of_a_live_one(project: Project) ->
     assert out.stderr.startswith(
         "groundswell worker: executor id 'worker-one' is in use by a live process"
     ), out.stderr
+
+
+def test_recover_in_a_process_without_the_code_leaves_the_run_for_one_with_it(
+    project: Project, fake: tuple[FakeAnthropicAPI, LoopbackServer], tmp_path_factory: Any
+) -> None:
+    hang = project.root / "hang"
+    first = project.start("-c", RUN, "nightly", '["wed"]', GS_TEST_HANG_AT_3=str(hang))
+    wait_for(hang)
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=10)
+
+    elsewhere = tmp_path_factory.mktemp("no-flows-here")
+    out = subprocess.run(
+        [sys.executable, "-c", RECOVER], cwd=elsewhere, env=project.env,
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+    assert "not recovering executor" in out.stderr and "ModuleNotFoundError" in out.stderr
+
+    (recovered,) = project.run("-c", RECOVER)  # from the project folder: finished
+    assert recovered["output"] == [f"done: step {k} of wed" for k in (1, 2, 3, 4)]
+    assert [r.last_user_text() for r in fake[0].requests] == [
+        f"step {k} of wed" for k in (1, 2, 3, 4)
+    ]

@@ -22,6 +22,7 @@ from groundswell import (
     Agent,
     ConfigurationError,
     GroundswellError,
+    ModelAPIError,
     ResponseValidationError,
     Workflow,
     WorkflowContext,
@@ -344,11 +345,11 @@ async def test_gathered_branches_checkpoint_each_step_under_its_branch_key(durab
     # name the branch, so a recovery finds each one's own checkpoint.
     by_key = {s["function_name"]: s["output"]["output"] for s in steps}
     assert by_key == {
-        **{f"fetch@{i}.0": f"text of {d}" for i, d in enumerate(docs)},
-        **{f"summarize@{i}.0": f"summary of text of {d}" for i, d in enumerate(docs)},
+        **{f"fetch@branch#{i}.0": f"text of {d}" for i, d in enumerate(docs)},
+        **{f"summarize@branch#{i}.0": f"summary of text of {d}" for i, d in enumerate(docs)},
     }
     summaries = [s["function_name"] for s in steps if s["function_name"].startswith("summ")]
-    assert summaries == ["summarize@2.0", "summarize@1.0", "summarize@0.0"]
+    assert summaries == ["summarize@branch#2.0", "summarize@branch#1.0", "summarize@branch#0.0"]
 
 
 async def test_a_step_that_runs_a_workflow_checkpoints_its_result(durable: str) -> None:
@@ -381,46 +382,145 @@ async def test_a_cancelled_caller_leaves_the_run_pending_and_cancel_ends_it(
     assert status is not None and status.status == "CANCELLED"
 
 
-async def test_a_step_error_holding_a_secret_is_checkpointed_scrubbed(durable: str) -> None:
+def stored_errors(url: str, workflow_id: str) -> bytes:
+    """The step errors of a run as the database holds them (DBOS stores base64 pickles)."""
+    import base64
+
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT error FROM dbos.operation_outputs WHERE workflow_uuid = %s AND error IS NOT NULL",
+            (workflow_id,),
+        ).fetchall()
+    return b"".join(base64.b64decode(row[0]) for row in rows)
+
+
+async def failed_step(flow: Workflow[..., Any]) -> tuple[WorkflowError, Any]:
+    """Run ``flow``, whose one step fails; the live error and its step's checkpoint."""
     from dbos import DBOS
-    from groundswell_dbos import StepFailed
 
     with pytest.raises(WorkflowError) as info:
-        await leaky.run()
-    live = info.value.__cause__
-    assert isinstance(live, PermissionError)  # this process sees what really happened
+        await flow.run()
     assert info.value.result is not None
     (step,) = await DBOS.list_workflow_steps_async(info.value.result.workflow_id)
-    recorded = step["error"].error  # what a recovery would raise
-    assert isinstance(recorded, StepFailed) and recorded.recoverable is True
-    assert str(recorded) == "PermissionError: could not log in with **********"
-    assert LEAKY_SECRET not in repr(step) and LEAKY_SECRET not in repr(vars(step["error"]))
-    assert not hasattr(live, "_groundswell_children")  # the user's exception is untouched
+    return info.value, step
+
+
+async def test_a_step_error_holding_a_secret_is_checkpointed_scrubbed(durable: str) -> None:
+    live, step = await failed_step(leaky)
+    assert isinstance(live.__cause__, PermissionError)  # this process sees what happened
+    assert LEAKY_SECRET in str(live.__cause__)
+    assert not hasattr(live.__cause__, "_groundswell_children")  # the user's object untouched
+    recorded = step["error"].error  # what a recovery would raise: the same type, scrubbed
+    assert type(recorded) is PermissionError
+    assert str(recorded) == "could not log in with **********"
+    assert LEAKY_SECRET.encode() not in stored_errors(durable, live.result.workflow_id)  # type: ignore[union-attr]
 
 
 class AuthFailed(Exception):
     """An error that keeps the request it failed on, headers included."""
 
-    def __init__(self, message: str, request: dict[str, Any]) -> None:
+    def __init__(self, message: str, *, request: dict[str, Any], password: SecretStr) -> None:
         super().__init__(message)
         self.request = request
+        self.password = password
+        self.status = 401
 
 
 @workflow(name="deep-leak", durable=True)
 async def deep_leak(ctx: WorkflowContext) -> None:
     def call() -> None:
-        raise AuthFailed("denied", {"headers": {"x-api-key": LEAKY_SECRET}})
+        raise AuthFailed(
+            "denied",
+            request={"headers": {"x-api-key": LEAKY_SECRET}},
+            password=SecretStr("hunter2-in-an-error"),
+        )
 
     await ctx.step("call", call)
 
 
+async def test_secrets_anywhere_in_a_step_error_stay_out_of_its_checkpoint(
+    durable: str,
+) -> None:
+    live, step = await failed_step(deep_leak)
+    recorded = step["error"].error
+    assert type(recorded) is AuthFailed and str(recorded) == "denied"
+    assert recorded.status == 401  # what can be kept is kept
+    assert recorded.request == "(not checkpointed)" and recorded.password == "(not checkpointed)"
+    stored = stored_errors(durable, live.result.workflow_id)  # type: ignore[union-attr]
+    assert LEAKY_SECRET.encode() not in stored and b"hunter2-in-an-error" not in stored
+
+
 @workflow(name="unloadable", durable=True)
-async def unloadable(ctx: WorkflowContext) -> None:
-    def parse() -> None:
-        # Keyword-only fields: it pickles, but cannot be rebuilt from the pickle.
+async def unloadable(ctx: WorkflowContext) -> str:
+    def parse() -> str:
+        # Keyword-only fields: the class's own pickling could not rebuild it.
         raise ResponseValidationError("no JSON in the reply", raw="oops", errors=[])
 
-    await ctx.step("parse", parse)
+    try:
+        return await ctx.step("parse", parse)
+    except WorkflowError:
+        raise
+    except ResponseValidationError:
+        return "fallback"
+
+
+async def test_a_step_error_comes_back_as_its_own_class_with_its_fields(durable: str) -> None:
+    from dbos import DBOS
+
+    result = await unloadable.run()
+    assert result.output == "fallback"
+    (step,) = await DBOS.list_workflow_steps_async(result.workflow_id)
+    recorded = step["error"].error
+    # A recovery raises the same class, so the same `except` takes the same path.
+    assert type(recorded) is ResponseValidationError
+    assert recorded.raw == "oops" and recorded.errors == []
+    assert str(recorded) == "no JSON in the reply"
+
+
+@workflow(name="chained", durable=True)
+async def chained(ctx: WorkflowContext) -> None:
+    def call() -> None:
+        try:
+            raise ConnectionError("refused")
+        except ConnectionError as exc:
+            raise ModelAPIError("bad key", status_code=401) from exc
+
+    await ctx.step("call", call)
+
+
+async def test_a_step_error_keeps_its_cause_live_and_in_its_checkpoint(durable: str) -> None:
+    live, step = await failed_step(chained)
+    cause = live.__cause__
+    assert isinstance(cause, ModelAPIError) and cause.status_code == 401
+    assert isinstance(cause.__cause__, ConnectionError)  # untouched by the engine
+    recorded = step["error"].error
+    assert isinstance(recorded, ModelAPIError) and recorded.status_code == 401
+    assert isinstance(recorded.__cause__, ConnectionError)
+    assert str(recorded.__cause__) == "refused"
+
+
+@workflow(name="local-error", durable=True)
+async def local_error(ctx: WorkflowContext) -> None:
+    class Unfindable(Exception):
+        pass
+
+    def call() -> None:
+        raise Unfindable("made in a function")
+
+    await ctx.step("call", call)
+
+
+async def test_an_error_of_a_class_no_process_can_import_comes_back_as_step_failed(
+    durable: str,
+) -> None:
+    from groundswell_dbos import StepFailed
+
+    _, step = await failed_step(local_error)
+    recorded = step["error"].error
+    assert isinstance(recorded, StepFailed) and recorded.recoverable is True
+    assert str(recorded).endswith("Unfindable: made in a function")
 
 
 @workflow(name="long-error", durable=True)
@@ -431,27 +531,10 @@ async def long_error(ctx: WorkflowContext) -> None:
     await ctx.step("fail", fail)
 
 
-@pytest.mark.parametrize(
-    ("flow", "kept"),
-    [
-        (deep_leak, None),  # a secret deep in an attribute: the scrubbed stand-in
-        (unloadable, None),  # could not be loaded back: the stand-in
-        (long_error, ValueError),  # long, but no secret: checkpointed as it is
-    ],
-)
-async def test_a_step_error_is_checkpointed_as_itself_only_when_it_is_safe_to(
-    durable: str, flow: Workflow[..., Any], kept: type[Exception] | None
-) -> None:
-    from dbos import DBOS
-    from groundswell_dbos import StepFailed
-
-    with pytest.raises(WorkflowError) as info:
-        await flow.run()
-    assert info.value.result is not None
-    (step,) = await DBOS.list_workflow_steps_async(info.value.result.workflow_id)
+async def test_a_long_step_error_is_checkpointed_whole(durable: str) -> None:
+    _, step = await failed_step(long_error)
     recorded = step["error"].error
-    assert isinstance(recorded, kept or StepFailed)
-    assert LEAKY_SECRET not in repr(vars(step["error"]))
+    assert type(recorded) is ValueError and str(recorded) == "x" * 20_000
 
 
 class FromTheScript:
@@ -560,3 +643,54 @@ async def test_spawns_in_an_applications_own_dbos_workflow_get_distinct_keys(
     app_own = DBOS.workflow(name="app-own-keys")(_app_own_keys)
     keys = await app_own()
     assert len(set(keys)) == 3, keys
+
+
+@workflow(name="noisy", durable=True)
+async def noisy(ctx: WorkflowContext, docs: list[str], noise: bool) -> list[str]:
+    async def background() -> None:
+        await asyncio.sleep(0)
+
+    if noise:  # a task of another function, in one run and not the other
+        await asyncio.create_task(background())
+
+    async def branch(doc: str) -> str:
+        return await ctx.step("summarize", lambda: f"summary of {doc}")
+
+    return list(await asyncio.gather(*(branch(d) for d in docs)))
+
+
+async def test_a_task_of_another_function_does_not_renumber_the_branches(durable: str) -> None:
+    from dbos import DBOS
+
+    keys = []
+    for noise in (False, True):
+        result = await noisy.run(["a", "b"], noise)
+        steps = await DBOS.list_workflow_steps_async(result.workflow_id)
+        keys.append({s["function_name"]: s["output"]["output"] for s in steps})
+    assert (
+        keys[0]
+        == keys[1]
+        == {
+            "summarize@branch#0.0": "summary of a",
+            "summarize@branch#1.0": "summary of b",
+        }
+    )
+
+
+async def test_a_task_factory_of_the_two_argument_form_keeps_working(durable: str) -> None:
+    loop = asyncio.get_running_loop()
+    made: list[str] = []
+
+    def legacy(loop: asyncio.AbstractEventLoop, coro: Any) -> asyncio.Task[Any]:
+        made.append(coro.__name__)
+        return asyncio.Task(coro, loop=loop)
+
+    before = loop.get_task_factory()
+    loop.set_task_factory(legacy)
+    try:
+        result = await gathered.run(["doc-a", "doc-b"])
+        assert result.output == {d: f"summary of text of {d}" for d in ("doc-a", "doc-b")}
+        await asyncio.create_task(asyncio.sleep(0))  # and after the run, as before it
+    finally:
+        loop.set_task_factory(before)
+    assert made.count("branch") == 2 and "sleep" in made

@@ -109,7 +109,11 @@ def configure(**config: Any) -> None:
 
 
 def executor_id() -> str:
-    """This process's DBOS executor id (``local`` unless ``DBOS__VMID`` or a worker sets one)."""
+    """This process's DBOS executor id: host, pid and a random suffix, unless one was set.
+
+    ``DBOS__VMID``, ``configure(executor_id=...)`` or ``groundswell worker
+    --executor-id`` set one; an application that launches DBOS itself sets its own.
+    """
     _require_dbos()
     from . import _runtime
 
@@ -165,26 +169,50 @@ async def recover(
 
     from . import _runtime
     from ._engine import WORKFLOW_NAME, DurableRunFailed, result_of
+    from ._targets import resolve
 
     if not _runtime.is_launched():
         await asyncio.to_thread(_runtime.launch)
     only = list(executor_ids) if executor_ids else None
     dead = await asyncio.to_thread(_runtime.dead_executors, WORKFLOW_NAME, only=only)
-    runs = [
-        status.workflow_id
-        for statuses in dead.values()
+    runs = {
+        status.workflow_id: executor
+        for executor, statuses in dead.items()
         for status in statuses
         if status.parent_workflow_id is None and status.queue_name in (None, INTERNAL_QUEUE_NAME)
-    ]
+    }
+    if runs:
+        # A run whose workflow this process cannot import would fail for good here:
+        # leave its executor to a process with the code.
+        listed = await DBOS.list_workflows_async(workflow_ids=list(runs), load_output=False)
+        for status in listed:
+            try:
+                resolve(status.input["args"][0] if status.input else {})
+            except Exception as exc:
+                executor = runs[status.workflow_id]
+                _runtime.logger.warning(
+                    "not recovering executor %s here: %s", executor, _first_line(exc)
+                )
+                dead.pop(executor, None)
+        runs = {run: executor for run, executor in runs.items() if executor in dead}
     if dead:
         await asyncio.to_thread(DBOS._recover_pending_workflows, list(dead))
 
-    async def finish(workflow_id: str) -> WorkflowResult[Any]:
+    async def finish(workflow_id: str) -> WorkflowResult[Any] | None:
         handle: Any = await DBOS.retrieve_workflow_async(workflow_id)
         try:
             record: Any = await handle.get_result()
         except DurableRunFailed as exc:
             record = exc
+        except Exception as exc:  # cancelled meanwhile, or unreadable: the others still count
+            _runtime.logger.warning("recovered run %s: %s", workflow_id, _first_line(exc))
+            return None
         return result_of(record)
 
-    return list(await asyncio.wait_for(asyncio.gather(*map(finish, runs)), timeout=timeout))
+    finished = await asyncio.wait_for(asyncio.gather(*map(finish, runs)), timeout=timeout)
+    return [result for result in finished if result is not None]
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"

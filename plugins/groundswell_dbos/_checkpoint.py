@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import io
 import pickle
 from typing import Any
@@ -73,7 +74,11 @@ class StepFailure(Exception):
     """What a failed step's checkpoint holds: its exception and the subtree it built.
 
     A wrapper, so the user's exception object is never altered; DBOS records and
-    re-raises this, and the engine raises ``error`` in its place.
+    re-raises this, and the engine raises ``error`` in its place. The exception
+    is stored as data (its class, scrubbed arguments, the attributes that can
+    be checkpointed, its cause) and rebuilt as the same class without calling
+    its ``__init__``, so a recovered run's ``except`` clauses and reflection
+    see what the live run saw, whatever the class's constructor takes.
     """
 
     def __init__(self, error: BaseException, children: list[dict[str, Any]]) -> None:
@@ -82,31 +87,72 @@ class StepFailure(Exception):
         self.children = children
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.error, self.children))
+        return (_restore_failure, (_freeze(self.error), self.children))
 
 
-def _loads_back_without_secrets(exc: BaseException) -> bool:
-    if any(is_secret_key(attr) for attr in getattr(exc, "__dict__", {})):
-        return False
+def _restore_failure(frozen: dict[str, Any], children: list[dict[str, Any]]) -> StepFailure:
+    return StepFailure(_thaw(frozen), children)
+
+
+def _safe(value: Any) -> Any:
+    """``value`` if it can be checkpointed without a secret (strings scrubbed), else a marker."""
+    if isinstance(value, str):
+        return scrub(value)
     try:
-        blob = pickle.dumps(exc)
-        pickle.loads(blob)  # some exceptions pickle but cannot be rebuilt
+        probe = _Probe(io.BytesIO())
+        probe.dump(value)
+        blob = pickle.dumps(value)
+        pickle.loads(blob)
     except Exception:
-        return False
-    # Registered secrets (API keys, env values) anywhere inside, attributes included.
+        return _DROPPED
     text = blob.decode("utf-8", errors="replace")
-    return scrub(text) == text
+    return value if scrub(text) == text else _DROPPED
+
+
+_DROPPED = "(not checkpointed)"
+_MAX_CAUSES = 8
+
+
+def _freeze(exc: BaseException, depth: int = 0) -> dict[str, Any]:
+    kind = type(exc)
+    state = {
+        k: _DROPPED if is_secret_key(k) else _safe(v)
+        for k, v in getattr(exc, "__dict__", {}).items()
+    }
+    cause = exc.__cause__
+    return {
+        "module": kind.__module__,
+        "qualname": kind.__qualname__,
+        "message": scrub(str(exc)),
+        "args": tuple(_safe(a) for a in exc.args),
+        "state": state,
+        # Kept apart from the state: a stand-in must answer is_recoverable alike.
+        "recoverable": is_recoverable(exc) if isinstance(exc, Exception) else False,
+        "cause": _freeze(cause, depth + 1) if cause is not None and depth < _MAX_CAUSES else None,
+    }
+
+
+def _thaw(frozen: dict[str, Any]) -> BaseException:
+    exc: BaseException
+    try:
+        kind: Any = importlib.import_module(frozen["module"])
+        for part in frozen["qualname"].split("."):
+            kind = getattr(kind, part)
+        if not (isinstance(kind, type) and issubclass(kind, BaseException)):
+            raise TypeError(f"{frozen['qualname']} is not an exception class")
+        exc = kind.__new__(kind, *frozen["args"])
+        exc.args = frozen["args"]
+        exc.__dict__.update(frozen["state"])
+    except Exception:
+        # Its class cannot be found here (defined in a function or a script).
+        stand_in = StepFailed(f"{frozen['qualname']}: {frozen['message']}")
+        stand_in.recoverable = frozen["recoverable"]
+        exc = stand_in
+    if frozen["cause"] is not None:
+        exc.__cause__ = _thaw(frozen["cause"])
+    return exc
 
 
 def step_failure(exc: Exception, children: list[dict[str, Any]]) -> StepFailure:
-    """The checkpoint of a step that raised ``exc``.
-
-    The exception itself when it loads back and holds no secret, so a recovered
-    run takes the same path; otherwise a `StepFailed` with its type name and
-    scrubbed message, which keeps whether reflection may retry it.
-    """
-    if _loads_back_without_secrets(exc):
-        return StepFailure(exc, children)
-    stand_in = StepFailed(f"{type(exc).__name__}: {redact(str(exc))}")
-    stand_in.recoverable = is_recoverable(exc)
-    return StepFailure(stand_in, children)
+    """The checkpoint of a step that raised ``exc`` (see `StepFailure`)."""
+    return StepFailure(exc, children)

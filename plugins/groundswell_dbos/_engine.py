@@ -73,6 +73,10 @@ async def durable_run(
     target: dict[str, str], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> dict[str, Any]:
     """Run a Groundswell workflow as a DBOS workflow; return its output and tree."""
+    if not _runtime.is_launched():
+        # Run by an application's own DBOS before any Groundswell call (a run it
+        # resumed at launch): adopt that DBOS, which takes this process's lock.
+        await asyncio.to_thread(_runtime.launch)
     call = _live.get()
     run = Run(str(DBOS.workflow_id))
     if call is not None:  # started just now by run_workflow: nothing to recover
@@ -315,21 +319,26 @@ class DBOSEngine:
             token = branch_here(run, key)
             try:
                 output = await call()
+                # Checked here, so the failure is checkpointed like any other (and
+                # DBOS never logs a value it could not serialize). Children are JSON.
+                check_checkpointable(output, f"the output of step {node.name!r}")
             except Exception as exc:
                 original = exc
                 raise step_failure(exc, children()) from None
             finally:
                 _branch_reset(token)
-            # Checked here, so the failure is checkpointed like any other (and DBOS
-            # never logs a value it could not serialize). The children are JSON.
-            check_checkpointable(output, f"the output of step {node.name!r}")
             return {"output": output, "children": children()}
 
+        failed: BaseException | None = None
         try:
             record = await DBOS.run_step_async({"name": key}, body)
         except StepFailure as failure:
-            # The live failure, exactly as it happened (not the checkpointed copy).
-            raise (original if original is not None else failure.error) from None
+            # The live failure exactly as it happened (or, if DBOS replayed one,
+            # the checkpointed copy), raised below, outside this handler, so that
+            # Python chains nothing onto it and its own cause stays.
+            failed = original if original is not None else failure.error
+        if failed is not None:
+            raise failed
         return record["output"]
 
     async def spawn(

@@ -5,10 +5,10 @@ DBOS numbers a workflow's operations in the order they are called, which under
 steps at once, which changes it again. So every step and queued child gets a
 *key* that does not depend on timing: its branch, its name, and how many
 operations of that name its branch made before it. Every task that takes part
-in a run is a branch, numbered by its parent branch in the order the parent
-created it (a task factory sees each creation), so the branches of a
-``gather`` keep their numbers even when they start their work in another
-order. Work that tasks take by timing (from a shared queue) lands in
+in a run is a branch, named for its coroutine and numbered among its parent's
+tasks of that coroutine in the order the parent created them (a task factory
+sees each creation), so the branches of a ``gather`` keep their numbers even
+when they start their work in another order. Work that tasks take by timing (from a shared queue) lands in
 different branches on a recovery: such steps find no checkpoint under their
 key and run again (named for the item, ``f"summarize {doc}"``), or, if all
 share one name, can take another item's checkpoint. The docs say so.
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import inspect
 import weakref
 from collections.abc import Coroutine
 from typing import Any
@@ -56,6 +57,8 @@ class _Branch:
 
     __slots__ = ("__weakref__", "counts", "forks", "parent", "path", "run", "task")
 
+    forks: dict[str, int]
+
     def __init__(
         self,
         run: Run,
@@ -70,12 +73,18 @@ class _Branch:
         #: The task making this branch's operations; None until its first one.
         self.task = task
         self.counts: dict[str, int] = {}
-        self.forks = 0
+        self.forks = {}
 
-    def fork(self, task: asyncio.Task[Any] | None) -> _Branch:
-        child = _Branch(self.run, f"{self.path}{self.forks}.", task, self)
-        self.forks += 1
-        return child
+    def fork(self, task: asyncio.Task[Any] | None, kind: str) -> _Branch:
+        """A sub-branch for a task running the coroutine ``kind``.
+
+        Numbered among this branch's tasks of the same coroutine, so a task of
+        another function created in between (a timeout's helper, a library's
+        background task) does not renumber them.
+        """
+        n = self.forks.get(kind, 0)
+        self.forks[kind] = n + 1
+        return _Branch(self.run, f"{self.path}{kind}#{n}.", task, self)
 
 
 _branch: contextvars.ContextVar[_Branch | None] = contextvars.ContextVar(
@@ -116,17 +125,18 @@ def op_key(name: str) -> tuple[Run, str] | None:
     task = asyncio.current_task()
     branch = _branch.get()
     if branch is None or branch.run.workflow_id != workflow_id:
+        install_task_factory()
         root = _foreign.get(workflow_id)
         if root is None:
             root = _foreign[workflow_id] = _Branch(Run(workflow_id), "", None)
-        branch = root.fork(task)
+        branch = root.fork(task, _kind(task))
         _branch.set(branch)
     elif branch.task is None:
         branch.task = task  # a branch the task factory made for this task
     elif branch.task is not task:
-        # A task created past the task factory (another factory replaced it):
+        # A task created past the task factory (one that takes no context):
         # numbered at its first operation instead.
-        branch = branch.fork(task)
+        branch = branch.fork(task, _kind(task))
         _branch.set(branch)
     seen = branch.counts.get(name, 0)
     branch.counts[name] = seen + 1
@@ -138,21 +148,39 @@ async def outside(coro: Coroutine[Any, Any, Any]) -> Any:
     return await asyncio.get_running_loop().create_task(coro, context=contextvars.Context())
 
 
+def _kind(task: Any) -> str:
+    coro = task.get_coro() if task is not None else None
+    return str(getattr(coro, "__name__", None) or "task")
+
+
 def _make_factory(previous: Any) -> Any:
+    # A factory written for the two-argument form cannot be given a context.
+    takes_context = previous is None or _accepts_context(previous)
+
     def factory(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> Any:
-        context = kwargs.pop("context", None)
-        if context is None:  # not `or`: an empty Context is falsy, and means "none of these"
-            context = contextvars.copy_context()
-        parent = context.get(_branch)
-        if parent is not None:
-            # Numbered now, in the order the parent creates tasks, not when they run.
-            context.run(_branch.set, parent.fork(None))
+        given = kwargs.get("context")
+        base = given if given is not None else contextvars.copy_context()
+        parent = base.get(_branch)
+        if parent is not None and takes_context:
+            # Numbered now, in the order the parent creates tasks, not when they
+            # run; in a copy, never in a context the caller passed in.
+            context = given.copy() if given is not None else base
+            context.run(_branch.set, parent.fork(None, str(getattr(coro, "__name__", "task"))))
+            kwargs["context"] = context
         if previous is not None:
-            return previous(loop, coro, context=context, **kwargs)
-        return asyncio.Task(coro, loop=loop, context=context, **kwargs)
+            return previous(loop, coro, **kwargs)
+        return asyncio.Task(coro, loop=loop, **kwargs)
 
     factory.groundswell_dbos = True  # type: ignore[attr-defined]
     return factory
+
+
+def _accepts_context(factory: Any) -> bool:
+    try:
+        params = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "context" or p.kind is p.VAR_KEYWORD for p in params)
 
 
 def install_task_factory() -> None:

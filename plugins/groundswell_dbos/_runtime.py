@@ -93,6 +93,30 @@ def configure(**config: Any) -> None:
                 running,
             )
         _settings.update({k: v for k, v in config.items() if k not in ignored})
+        _claim_before_app_launch()
+
+
+def _claim_before_app_launch() -> None:
+    """Hold this process's liveness lock before an application launches DBOS itself.
+
+    DBOS resumes this executor's pending runs as it launches; without the lock
+    held by then, another process could take this live one for dead.
+    """
+    global _liveness
+    import dbos._dbos as dbos_state
+
+    instance = dbos_state._dbos_global_instance
+    if instance is None or instance._launched or _liveness is not None:
+        return
+    alive = Liveness(str(instance._config["system_database_url"]), executor_id())
+    try:
+        alive.hold()
+    except ConfigurationError:
+        raise
+    except Exception as exc:  # a database DBOS has yet to create; launch() holds it after
+        logger.debug("liveness lock not taken before launch: %s", exc)
+        return
+    _liveness = alive
 
 
 def pin(**config: Any) -> None:
@@ -163,18 +187,22 @@ def launch(*, listen: list[str] | None = None, executor: str | None = None) -> N
                 "the application's DBOS runs with executor id 'local'; give every process "
                 "its own (executor_id or DBOS__VMID) so that recovery can tell which died"
             )
-        alive = Liveness(str(instance._config["system_database_url"]), executor_id())
+        if _liveness is not None and _liveness.me == executor_id():
+            alive = _liveness  # taken by configure() before the application launched DBOS
+        else:
+            alive = Liveness(str(instance._config["system_database_url"]), executor_id())
         if not instance._launched:
-            try:
-                # Before launch: DBOS takes over an executor id's pending runs when it
-                # launches, which must not happen to the runs of a live process.
-                alive.hold()
-            except ConfigurationError:
-                if created:
-                    DBOS.destroy()
-                raise
-            except Exception:
-                pass  # a database DBOS has yet to create: no process can share it yet
+            if not alive.held:
+                try:
+                    # Before launch: DBOS takes over an executor id's pending runs when
+                    # it launches, which must not happen to the runs of a live process.
+                    alive.hold()
+                except ConfigurationError:
+                    if created:
+                        DBOS.destroy()
+                    raise
+                except Exception:
+                    pass  # a database DBOS has yet to create: no process can share it yet
             DBOS.listen_queues(list(listen or []))
             dbos_logger = logging.getLogger("dbos")
             was = dbos_logger.disabled
@@ -219,7 +247,7 @@ def is_launched() -> bool:
 
 
 def executor_id() -> str:
-    """This process's DBOS executor id."""
+    """This process's DBOS executor id (host-pid-random unless one was set)."""
     from dbos._utils import GlobalParams
 
     return str(GlobalParams.executor_id)
@@ -272,6 +300,7 @@ class Liveness:
             self._dir = db.parent / f"{db.name}.executors"
         self._holder: Any = None
         self._stop = threading.Event()
+        self._swap = threading.Lock()
 
     @staticmethod
     def _key(executor: str) -> int:
@@ -285,7 +314,18 @@ class Liveness:
     def _connect(self, timeout: int = 10) -> Any:
         import psycopg
 
-        return psycopg.connect(self._dsn, autocommit=True, connect_timeout=timeout)
+        # TCP keepalives and a statement timeout: a half-open connection must fail
+        # the keep-alive's check in seconds, not hang it past others' grace.
+        return psycopg.connect(
+            self._dsn,
+            autocommit=True,
+            connect_timeout=timeout,
+            keepalives=1,
+            keepalives_idle=2,
+            keepalives_interval=1,
+            keepalives_count=2,
+            options="-c statement_timeout=3000",
+        )
 
     @property
     def held(self) -> bool:
@@ -349,20 +389,22 @@ class Liveness:
                 # A short timeout: the lock must be back well within others' grace.
                 conn = self._connect(timeout=2)
                 conn.execute("SELECT pg_advisory_lock_shared(%s, %s)", args)
-                if self._stop.is_set():  # released while this connected
-                    conn.close()
-                    return
-                self._holder = conn
+                with self._swap:
+                    if self._stop.is_set():  # released while this connected
+                        conn.close()
+                        return
+                    self._holder = conn
             except Exception as exc:
                 logger.warning("could not take the liveness lock again (retrying): %s", exc)
 
     def release(self) -> None:
         """Let go of the lock (on shutdown)."""
-        self._stop.set()
-        if self._holder is not None:
-            with contextlib.suppress(Exception):
-                self._holder.close()
-            self._holder = None
+        with self._swap:  # not while the keep-alive puts a new connection in place
+            self._stop.set()
+            if self._holder is not None:
+                with contextlib.suppress(Exception):
+                    self._holder.close()
+                self._holder = None
 
     def is_dead(self, executor: str) -> bool:
         """True when no live process holds ``executor``'s lock."""
@@ -391,6 +433,9 @@ class Liveness:
             return True
 
 
+_versions_warned: set[str] = set()
+
+
 def _pending_by_executor(workflow_name: str, only: list[str] | None) -> dict[str, list[Any]]:
     from dbos import DBOS
 
@@ -401,10 +446,27 @@ def _pending_by_executor(workflow_name: str, only: list[str] | None) -> dict[str
         load_input=False,
         load_output=False,
     )
+    from dbos._utils import GlobalParams
+
     owners: dict[str, list[Any]] = {}
+    others = set()
     for status in pending:
-        if status.executor_id:
-            owners.setdefault(status.executor_id, []).append(status)
+        if not status.executor_id:
+            continue
+        if status.app_version and status.app_version != GlobalParams.app_version:
+            # DBOS resumes a run only on the application version that started it.
+            others.add(status.app_version)
+            continue
+        owners.setdefault(status.executor_id, []).append(status)
+    others -= _versions_warned
+    if others:
+        _versions_warned.update(others)
+        logger.warning(
+            "pending durable runs of application version(s) %s are left to processes of "
+            "that version (this one is %s)",
+            ", ".join(sorted(others)),
+            GlobalParams.app_version,
+        )
     return owners
 
 
