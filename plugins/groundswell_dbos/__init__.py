@@ -191,7 +191,10 @@ async def recover(
             except Exception as exc:
                 executor = runs[status.workflow_id]
                 _runtime.logger.warning(
-                    "not recovering executor %s here: %s", executor, _first_line(exc)
+                    "not recovering executor %s here: %s: %s",
+                    executor,
+                    type(exc).__name__,
+                    _runtime._first_line(exc),
                 )
                 dead.pop(executor, None)
         runs = {run: executor for run, executor in runs.items() if executor in dead}
@@ -205,14 +208,14 @@ async def recover(
         except DurableRunFailed as exc:
             record = exc
         except Exception as exc:  # cancelled meanwhile, or unreadable: the others still count
-            _runtime.logger.warning("recovered run %s: %s", workflow_id, _first_line(exc))
+            _runtime.logger.warning(
+                "recovered run %s: %s: %s",
+                workflow_id,
+                type(exc).__name__,
+                _runtime._first_line(exc),
+            )
             return None
         return result_of(record)
 
     finished = await asyncio.wait_for(asyncio.gather(*map(finish, runs)), timeout=timeout)
     return [result for result in finished if result is not None]
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {lines[0] if lines else ''}"

@@ -13,7 +13,7 @@ from groundswell import WorkflowCall, is_recoverable, is_secret_key, redact, scr
 
 from . import CheckpointError, StepFailed
 
-__all__ = ["StepFailure", "check_arguments", "check_checkpointable", "step_failure"]
+__all__ = ["StepFailure", "check_arguments", "check_checkpointable"]
 
 _PLAIN_DATA = (
     "use plain data: dicts, lists, strings, numbers, dataclasses or pydantic models "
@@ -99,9 +99,9 @@ def _safe(value: Any) -> Any:
     if isinstance(value, str):
         return scrub(value)
     try:
-        probe = _Probe(io.BytesIO())
-        probe.dump(value)
-        blob = pickle.dumps(value)
+        buffer = io.BytesIO()
+        _Probe(buffer).dump(value)  # the same bytes pickle.dumps gives, checked on the way
+        blob = buffer.getvalue()
         pickle.loads(blob)
     except Exception:
         return _DROPPED
@@ -151,8 +151,3 @@ def _thaw(frozen: dict[str, Any]) -> BaseException:
     if frozen["cause"] is not None:
         exc.__cause__ = _thaw(frozen["cause"])
     return exc
-
-
-def step_failure(exc: Exception, children: list[dict[str, Any]]) -> StepFailure:
-    """The checkpoint of a step that raised ``exc`` (see `StepFailure`)."""
-    return StepFailure(exc, children)

@@ -35,7 +35,7 @@ from groundswell import (
 )
 
 from . import CheckpointError, _runtime
-from ._checkpoint import StepFailure, check_arguments, check_checkpointable, step_failure
+from ._checkpoint import StepFailure, check_arguments, check_checkpointable
 from ._keys import Run, branch_here, current_run, op_key, outside, root_branch
 from ._targets import resolve, target_of
 from ._waiter import wait_for
@@ -324,7 +324,7 @@ class DBOSEngine:
                 check_checkpointable(output, f"the output of step {node.name!r}")
             except Exception as exc:
                 original = exc
-                raise step_failure(exc, children()) from None
+                raise StepFailure(exc, children()) from None
             finally:
                 _branch_reset(token)
             return {"output": output, "children": children()}

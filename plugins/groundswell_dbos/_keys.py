@@ -25,7 +25,15 @@ from typing import Any
 
 from dbos import DBOS
 
-__all__ = ["Run", "branch_here", "install_task_factory", "op_key", "root_branch"]
+__all__ = [
+    "Run",
+    "branch_here",
+    "current_run",
+    "install_task_factory",
+    "op_key",
+    "outside",
+    "root_branch",
+]
 
 
 class Run:
