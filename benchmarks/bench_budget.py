@@ -17,7 +17,7 @@ from typing import Any
 from _report import output_dir, write
 
 from groundswell import EventTree, NodeType, TokenBudget
-from groundswell.budget import Enforcer
+from groundswell.middleware.budget import Enforcer
 from groundswell.tokens import clear_memo, estimate_message, estimate_tokens
 
 

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 from ._serialize import is_secret_key, redact, register_secret, scrub
 from .budget import TokenBudget
 from .cache import Cache, ToolCachePolicy, get_cache, invalidate, tool_cache_stats
-from .context import Frame, current_agent, current_frame, current_node, current_tree, record_event
+from .claude_hooks import PromptBlocked
+from .context_providers import ContextRequest
 from .errors import (
     ConfigurationError,
     ExtractionError,
@@ -25,8 +26,9 @@ from .errors import (
 from .events import Event, Sink, SinkHub
 from .execution import ExecutionEngine, WorkflowCall
 from .extraction import Extract
-from .hooks import PromptBlocked
 from .hookspecs import (
+    AgentMiddleware,
+    AgentOption,
     CacheBackend,
     CliCommand,
     ContextProvider,
@@ -39,7 +41,6 @@ from .hookspecs import (
 )
 from .plugins import PluginInfo, PluginManager, flush_sinks, get_plugin_manager
 from .prompt import Prompt, PromptOverrides, PromptTemplate, create_prompt
-from .prompt_context import ContextRequest
 from .reflection import (
     ReflectionAPI,
     ReflectionConfig,
@@ -49,16 +50,40 @@ from .reflection import (
     Reflector,
     is_recoverable,
 )
+from .run_context import (
+    Frame,
+    current_agent,
+    current_frame,
+    current_node,
+    current_tree,
+    record_event,
+)
 from .tokens import estimate_tokens
 from .tools import Skill, Tool, ToolContext
 from .tree import EventNode, EventTree, NodeStatus, NodeType
 from .workflow import Workflow, WorkflowContext, WorkflowResult, create_workflow, workflow
 
 if TYPE_CHECKING:
-    from .agent import Agent, PromptResult, StreamEvent, create_agent
+    from .agent import (
+        Agent,
+        Middleware,
+        PromptResult,
+        PromptRun,
+        StreamEvent,
+        ToolCall,
+        create_agent,
+    )
 
 # Importing anthropic takes over a second; only code that uses agents pays for it.
-_LAZY = {"Agent", "PromptResult", "StreamEvent", "create_agent"}
+_LAZY = {
+    "Agent",
+    "Middleware",
+    "PromptResult",
+    "PromptRun",
+    "StreamEvent",
+    "ToolCall",
+    "create_agent",
+}
 
 
 def __getattr__(name: str) -> Any:
@@ -82,6 +107,8 @@ except _metadata.PackageNotFoundError:  # running from a source tree that was ne
 
 __all__ = [
     "Agent",
+    "AgentMiddleware",
+    "AgentOption",
     "Cache",
     "CacheBackend",
     "CliCommand",
@@ -99,6 +126,7 @@ __all__ = [
     "Frame",
     "GroundswellError",
     "MaxTurnsExceeded",
+    "Middleware",
     "ModelAPIError",
     "NodeStatus",
     "NodeType",
@@ -109,6 +137,7 @@ __all__ = [
     "PromptBlocked",
     "PromptOverrides",
     "PromptResult",
+    "PromptRun",
     "PromptTemplate",
     "ReflectionAPI",
     "ReflectionConfig",
@@ -128,6 +157,7 @@ __all__ = [
     "TokenCounter",
     "Tool",
     "ToolCachePolicy",
+    "ToolCall",
     "ToolContext",
     "ToolError",
     "ToolProvider",

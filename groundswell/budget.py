@@ -13,33 +13,40 @@ tool results, or feedback). Strategies drop or summarize whole turns, so a
 ``tool_use`` never loses its ``tool_result`` and the request always starts
 with the instruction, a user turn.
 
-Requests are counted by a counter of `groundswell.tokens`.
+Requests are counted by a counter of `groundswell.tokens`. This module holds
+the budget itself and the strategies' pure parts; the ``budget`` middleware
+(`groundswell.middleware.budget`) applies them before every model turn.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping, Sequence
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .errors import ConfigurationError
-from .tokens import (
-    COUNTER_ENV,
-    Counter,
-    CountRequest,
-    EstimateCounter,
-    _system_tokens,
-    _tools_tokens,
-    estimate_message,
-    estimate_tokens,
-    get_counter,
-    known_counter,
-)
+from .tokens import Counter, known_counter
 
-__all__ = ["STRATEGIES", "Enforcer", "TokenBudget"]
+__all__ = [
+    "STRATEGIES",
+    "SUMMARIZER_SYSTEM",
+    "TokenBudget",
+    "Turn",
+    "breakdown",
+    "check_budget",
+    "current_budget",
+    "enter_budget",
+    "leave_budget",
+    "previous_summary",
+    "prune_oldest",
+    "resolve_budget",
+    "sliding_window",
+    "split_turns",
+    "transcript",
+    "with_summary",
+]
 
 Strategy = Literal["sliding_window", "prune_oldest", "summarize", "fail"]
 STRATEGIES: tuple[str, ...] = ("sliding_window", "prune_oldest", "summarize", "fail")
@@ -155,6 +162,25 @@ class TokenBudget:
 _scope: ContextVar[tuple[TokenBudget, str] | None] = ContextVar(
     "groundswell_token_budget", default=None
 )
+
+
+def current_budget() -> tuple[TokenBudget, str] | None:
+    """The budget of the step or workflow code runs in, with where it was set."""
+    return _scope.get()
+
+
+def enter_budget(budget: TokenBudget | None, where: str) -> Token[tuple[TokenBudget, str] | None]:
+    """Make ``budget`` (set on a ``"step"`` or ``"workflow"``) the one code runs in.
+
+    ``None`` means no budget (e.g. for a summarizer's own prompt). Pass the
+    token to `leave_budget` when the scope ends.
+    """
+    return _scope.set((budget, where) if budget is not None else None)
+
+
+def leave_budget(token: Token[tuple[TokenBudget, str] | None]) -> None:
+    """End the scope `enter_budget` started."""
+    _scope.reset(token)
 
 
 def resolve_budget(
@@ -412,341 +438,3 @@ def _is_summary(block: Any) -> bool:
         and block.get("type") == "text"
         and str(block.get("text", "")).startswith(f"<{SUMMARY_TAG}>")
     )
-
-
-# -- enforcement ---------------------------------------------------------------------------
-
-
-class Enforcer:
-    """Checks one prompt's requests against its budget before every model turn."""
-
-    def __init__(
-        self,
-        budget: TokenBudget,
-        *,
-        source: str,
-        usage: dict[str, int],
-        schema: Any,
-        tree: Any,
-        node: Any,
-        agent: Any,
-        client: Any,
-        model: str,
-        max_tokens: int,
-    ) -> None:
-        self.budget = budget
-        self.limit = budget.input_limit(max_tokens)
-        if self.limit <= 0:
-            raise budget.no_room(max_tokens, f"agent {getattr(agent, 'name', '?')!r}")
-        self.counter = get_counter(budget.counter)
-        self.exact = not isinstance(self.counter, EstimateCounter)
-        self.counter_name = (
-            budget.counter
-            if isinstance(budget.counter, str)
-            else type(budget.counter).__name__
-            if budget.counter is not None
-            else os.environ.get(COUNTER_ENV) or "estimate"
-        )
-        self.tree, self.node, self.agent, self.client = tree, node, agent, client
-        self.usage = usage
-        self.model = model
-        self.max_tokens = max_tokens
-        self.reserve = (
-            max_tokens if budget.reserve_for_output is None else budget.reserve_for_output
-        )
-        # The response schema travels with every request (output_config).
-        self.schema_tokens = estimate_tokens(_schema_of(schema)) if schema is not None else 0
-        self.warned = False
-        self.summarizer_failed = False
-        self.stats: dict[str, Any] = {
-            "source": source,
-            "limit": self.limit,
-            "checks": 0,
-            "enforcements": 0,
-            "peak_tokens": 0,
-        }
-        node.metrics["budget"] = self.stats
-        # Message dicts are never changed once in the conversation, so their
-        # estimates are kept by identity (the dict is held, so the id stays valid).
-        self._sizes: dict[int, tuple[Mapping[str, Any], int]] = {}
-        self._described: dict[int, tuple[Mapping[str, Any], list[str], bool]] = {}
-
-    def _size(self, message: Mapping[str, Any]) -> int:
-        known = self._sizes.get(id(message))
-        if known is not None and known[0] is message:
-            return known[1]
-        size = estimate_message(message)
-        self._sizes[id(message)] = (message, size)
-        return size
-
-    async def check(
-        self, messages: list[dict[str, Any]], system: Any, tools: Sequence[Mapping[str, Any]]
-    ) -> None:
-        """Record a warning, or make ``messages`` fit (in place), or raise
-        `TokenBudgetExceeded`."""
-        sizes = [self._size(m) for m in messages]
-        fixed = _system_tokens(system), _tools_tokens(tools) + self.schema_tokens
-        estimate = fixed[0] + fixed[1] + sum(sizes)
-        total = await self._count(messages, system, tools, estimate)
-        self.stats["checks"] += 1
-        self.stats["last_tokens"] = total
-        self.stats["peak_tokens"] = max(self.stats["peak_tokens"], total)
-        if total <= self.limit:
-            threshold = self.budget.warning_threshold * self.limit
-            if total >= threshold and not self.warned:
-                self.warned = True
-                self.tree.add_event(
-                    self.node,
-                    "budget_warning",
-                    tokens=total,
-                    limit=self.limit,
-                    threshold=self.budget.warning_threshold,
-                    used=round(total / self.limit, 4),
-                )
-            return
-        # Per-part figures come from the estimator, scaled to the counter's total
-        # when the counter is exact, so they add up to what was counted.
-        scale = total / estimate if estimate else 1.0
-        scaled = [max(1, round(s * scale)) for s in sizes]
-        fixed = round(fixed[0] * scale), round(fixed[1] * scale)
-        await self._enforce(messages, scaled, fixed, total)
-        self.warned = False  # the next crossing of the threshold is news again
-
-    async def _count(
-        self,
-        messages: list[dict[str, Any]],
-        system: Any,
-        tools: Sequence[Mapping[str, Any]],
-        estimate: int,
-    ) -> int:
-        if not self.exact:
-            return estimate
-        request = CountRequest(self.model, messages, system, list(tools), self.client)
-        try:
-            return int(await self.counter.count(request))
-        except Exception as exc:  # a counter outage must not stop the run: estimate instead
-            self.tree.add_event(
-                self.node,
-                "budget_counter_error",
-                counter=self.counter_name,
-                error=f"{type(exc).__name__}: {exc}",
-                fallback="estimate",
-            )
-            return estimate
-
-    async def _enforce(
-        self,
-        messages: list[dict[str, Any]],
-        sizes: list[int],
-        fixed: tuple[int, int],
-        total: int,
-    ) -> None:
-        from .errors import TokenBudgetExceeded
-        from .tree import NodeStatus, NodeType
-
-        budget, tree = self.budget, self.tree
-        self.stats["enforcements"] += 1
-        head, turns = split_turns(messages, sizes, self._described)
-        parts = breakdown(fixed[0], fixed[1], messages, sizes, head)
-        node = tree.start_node(
-            NodeType.BUDGET,
-            budget.strategy,
-            self.node,
-            payload={
-                "strategy": budget.strategy,
-                "source": self.stats["source"],
-                "counter": self.counter_name,
-                "limit": self.limit,
-                "max_total": budget.max_total,
-                "reserve_for_output": self.reserve,
-                "breakdown": parts,
-            },
-            trusted=True,
-        )
-        node.metrics["tokens_before"] = total
-        try:
-            room = self.limit - fixed[0] - fixed[1] - parts["instruction"]
-            if budget.strategy == "fail":
-                raise self._exceeded(parts, total, None)
-            if budget.strategy == "sliding_window":
-                kept = sliding_window(turns, room)
-            elif budget.strategy == "prune_oldest":
-                kept = prune_oldest(turns, room, budget.keep_last_turns)
-            else:
-                kept, head_size = await self._summarize(messages, sizes, head, turns, room, node)
-                room = self.limit - fixed[0] - fixed[1] - head_size
-            used = sum(t.tokens for t in kept)
-            if (turns and (not kept or kept[-1] is not turns[-1])) or used > room:
-                raise self._exceeded(parts, total, budget.strategy)
-            alive = {id(t) for t in kept}
-            removed = [t for t in turns if id(t) not in alive]
-            keep = list(messages[:head]) + [m for t in kept for m in messages[t.start : t.end]]
-            after = self.limit - room + used
-            node.payload["removed"] = [
-                {"messages": [t.start, t.end], "tokens": t.tokens, "kinds": t.kinds}
-                for t in removed
-            ]
-            node.payload["kept_turns"] = len(kept)
-            messages[:] = keep
-        except TokenBudgetExceeded as exc:
-            tree.end_node(node, NodeStatus.FAILED, error=exc)
-            raise
-        except BaseException as exc:
-            tree.end_node_after(node, exc)
-            raise
-        node.metrics["tokens_after"] = after
-        self.stats["last_tokens"] = after
-        tree.end_node(node, NodeStatus.COMPLETED)
-
-    def _exceeded(self, parts: dict[str, int], total: int, strategy: str | None) -> Exception:
-        from .errors import TokenBudgetExceeded
-
-        detail = {**parts, "total": total, "limit": self.limit}
-        largest = max(parts, key=lambda k: parts[k])
-        budget = self.budget
-        budget_text = (
-            f"the {self.limit}-token input limit (max_total={budget.max_total} - "
-            f"reserve_for_output={self.reserve})"
-        )
-        if strategy is None:
-            why = f"the request needs {total} input tokens, over {budget_text}"
-        else:
-            must = "the instruction" + (
-                " and the latest turn" if parts["assistant"] or parts["tool_results"] else ""
-            )
-            if strategy == "prune_oldest":
-                must = (
-                    f"the instruction and the last {budget.keep_last_turns} turns it keeps "
-                    "(keep_last_turns)"
-                )
-            why = f"{strategy} cannot make the request fit: {must} alone exceed {budget_text}"
-        advice = ["raise max_total", "reserve less for the output (or lower max_tokens)"]
-        if strategy is None:
-            advice.append(
-                "use a strategy that removes turns (sliding_window, prune_oldest, summarize)"
-            )
-        if largest == "tools":
-            advice.append("send fewer or shorter tool definitions")
-        elif largest == "tool_results":
-            advice.append("have the tools return less (one result cannot be cut)")
-        elif largest in ("instruction", "system"):
-            advice.append(f"shorten the {largest}")
-        return TokenBudgetExceeded(
-            f"agent {getattr(self.agent, 'name', '?')!r}: {why}; largest part: {largest} "
-            f"({parts[largest]} tokens). To fix: {', or '.join(advice)}",
-            breakdown=detail,
-        )
-
-    async def _summarize(
-        self,
-        messages: list[dict[str, Any]],
-        sizes: list[int],
-        head: int,
-        turns: list[Turn],
-        room: int,
-        node: Any,
-    ) -> tuple[list[Turn], int]:
-        """Keep the latest turns that fit in three quarters of the room (at most
-        ``keep_last_turns``, at least the latest), and replace the turns before them
-        with a summary in the instruction message; returns the turns kept and the
-        new instruction's size. Falls back to a sliding window, saying why on the
-        budget node, when there is nothing to summarize or no usable summary."""
-        keep = self.budget.keep_last_turns
-        head_size = sum(sizes[:head])
-        # A quarter of the room is left for the summary itself.
-        summary_room = room // 4
-        recent = sliding_window(turns[-keep:], room - summary_room) or turns[-1:]
-        old = turns[: len(turns) - len(recent)]
-
-        def fallback(reason: str) -> tuple[list[Turn], int]:
-            node.payload["fallback"] = f"sliding_window: {reason}"
-            return sliding_window(turns, room), head_size
-
-        if not old:
-            return fallback("no turn before the latest to summarize")
-        if self.summarizer_failed:
-            return fallback("the summarizer failed earlier in this prompt")
-        first = messages[head - 1]
-        earlier = [m for t in old for m in messages[t.start : t.end]]
-        summary = await self._ask_summarizer(
-            transcript(earlier, previous_summary(first)), node, max(64, summary_room)
-        )
-        if summary is None:
-            self.summarizer_failed = True
-            return fallback("the summarizer failed")
-        merged = with_summary(first, summary)
-        new_head = head_size - sizes[head - 1] + estimate_message(merged)
-        # The summary took the old turns' place; the recent turns must fit beside it.
-        kept = sliding_window(recent, room + head_size - new_head)
-        if not kept or kept[-1] is not turns[-1]:
-            return fallback(
-                f"the summary ({new_head - head_size + sizes[head - 1]} tokens with the "
-                "instruction) left no room for the latest turn"
-            )
-        messages[head - 1] = merged
-        node.payload["summarized_turns"] = len(old)
-        return kept, new_head
-
-    async def _ask_summarizer(self, text: str, parent: Any, max_tokens: int) -> str | None:
-        """The summary of ``text``, or ``None`` (recorded on ``parent``) when it fails."""
-        from .context import Frame, _frame
-        from .prompt import Prompt, PromptOverrides
-        from .tree import NodeStatus, NodeType
-
-        summarizer = self._summarizer()
-        tree = self.tree
-        node = tree.start_node(
-            NodeType.SUMMARY,
-            getattr(summarizer, "name", "summarizer"),
-            parent,
-            payload={"model": summarizer.config.get("model")},
-        )
-        outer = _frame.get()
-        frame = _frame.set(Frame(tree, node, outer.workflow if outer else None))
-        # The summarizer's own prompt must not be squeezed by the budget it serves.
-        scope = _scope.set(None)
-        try:
-            result = await summarizer.run(
-                Prompt(user=f"{SUMMARIZER_SYSTEM}\n\n<turns>\n{text}\n</turns>"),
-                PromptOverrides(max_tokens=max_tokens),
-            )
-            summary = str(result.output).strip()
-            if not summary:
-                raise ValueError("the summarizer answered with nothing")
-        except Exception as exc:
-            tree.end_node(node, NodeStatus.FAILED, error=exc)
-            tree.add_event(parent, "summarize_failed", error=f"{type(exc).__name__}: {exc}")
-            return None
-        except BaseException as exc:
-            tree.end_node_after(node, exc)
-            raise
-        finally:
-            _scope.reset(scope)
-            _frame.reset(frame)
-        node.metrics["usage"] = dict(result.usage)
-        # The summary is spent on this prompt's behalf: it counts in the prompt's usage.
-        for key, value in result.usage.items():
-            self.usage[key] = self.usage.get(key, 0) + value
-        tree.end_node(node, NodeStatus.COMPLETED, output=summary, record_output=True)
-        return summary
-
-    def _summarizer(self) -> Any:
-        chosen = self.budget.summarizer
-        if chosen is not None and not isinstance(chosen, str):
-            return chosen
-        from .agent import Agent
-
-        return Agent(
-            name=f"{getattr(self.agent, 'name', 'agent')}:summarizer",
-            model=chosen or self.model,
-            system=SUMMARIZER_SYSTEM,
-            max_tokens=min(2_048, self.max_tokens),
-            client=self.client,
-        )
-
-
-def _schema_of(response_format: Any) -> Any:
-    try:
-        return response_format.model_json_schema()
-    except Exception:  # an odd model: its schema is counted as nothing
-        return None

@@ -35,11 +35,14 @@ __all__ = [
     "KEY_VERSION",
     "Cache",
     "ToolCachePolicy",
+    "cache_entry",
     "cached_tool_call",
+    "choose_cache",
     "get_cache",
     "invalidate",
     "request_cache_key",
     "schema_hash",
+    "store_entry",
     "through_cache",
     "tool_cache_stats",
 ]
@@ -178,11 +181,13 @@ async def through_cache(
     tree: EventTree,
     node: EventNode,
     ttl: float | None = None,
+    defer: Callable[[Callable[[], Awaitable[None]]], None] | None = None,
 ) -> tuple[T, bool]:
     """Return ``(value, hit)``: the cached value for ``key``, or ``produce()``'s, stored.
 
     Concurrent calls with the same key share one ``produce()`` (in-flight
-    dedupe). A failed ``produce()`` is never stored. A cache that raises is
+    dedupe). A failed ``produce()`` is never stored; with ``defer``, storing is
+    handed to it (to happen only once the caller's whole work succeeded). A cache that raises is
     treated as a miss and recorded as a ``cache_error`` event: it never fails
     the run. The node gets ``metrics["cache"]`` (``"hit"`` / ``"miss"``) and a
     ``cache_hit`` event with ``key`` and ``age_s`` on a hit.
@@ -224,12 +229,14 @@ async def through_cache(
         tree.add_event(node, "cache_miss", key=key)
         value = await produce()
         encoded = encode(value)
-        try:
-            await cache.set(key, cache_entry(encoded), ttl)
-        except Exception as exc:
-            tree.add_event(
-                node, "cache_error", key=key, operation="set", error=f"{type(exc).__name__}: {exc}"
-            )
+
+        async def store() -> None:
+            await store_entry(cache, key, encoded, tree, node, ttl)
+
+        if defer is None:
+            await store()
+        else:
+            defer(store)
         future.set_result(encoded)
         return value, False
     except BaseException as exc:
@@ -239,6 +246,36 @@ async def through_cache(
     finally:
         if _inflight.get(slot) is future:
             del _inflight[slot]
+
+
+async def store_entry(
+    cache: Cache, key: str, encoded: Any, tree: EventTree, node: EventNode, ttl: float | None = None
+) -> None:
+    """Store an encoded value as a cache entry; a failing cache is recorded, never raised."""
+    try:
+        await cache.set(key, cache_entry(encoded), ttl)
+    except Exception as exc:
+        tree.add_event(
+            node, "cache_error", key=key, operation="set", error=f"{type(exc).__name__}: {exc}"
+        )
+
+
+def choose_cache(choice: Any, workflow_choice: Any = None) -> Cache:
+    """The backend a ``cache=`` setting means, for answers and tool results alike.
+
+    A `Cache` is itself, a name is that registered backend, and ``True`` or
+    ``None`` mean "the default": the enclosing workflow's ``cache`` when it set
+    one, else ``GROUNDSWELL_CACHE``, else ``lru``.
+    """
+    if choice is None or choice is True:
+        choice = workflow_choice
+    if choice is None or choice is True:
+        return get_cache(None)
+    if isinstance(choice, str):
+        return get_cache(choice)
+    # Checked once when the agent or override was built: isinstance against a
+    # runtime Protocol costs more than the rest of a cache hit.
+    return choice  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from ._render import rich_tree
 from ._serialize import jsonable
 from .errors import GroundswellError, PluginError, WorkflowError
 from .events import Event
-from .hookspecs import EventSink, hookimpl
+from .hookspecs import AgentMiddleware, EventSink, hookimpl
 from .plugins import PluginManager, flush_sinks, get_plugin_manager
 from .tree import EventTree, NodeStatus, Replayer
 from .workflow import Workflow
@@ -59,12 +59,23 @@ def _cmd_plugins(args: argparse.Namespace) -> int:
     if args.all:
         infos = sorted([*infos, *manager.skipped.values()], key=lambda i: i.name)
     provides = manager.provides() if args.all else {}
+    middleware = manager.agent_middleware() if args.all else {}
+
+    def plugin_middleware(plugin: str) -> list[AgentMiddleware]:
+        # In the order they wrap a prompt: outermost first.
+        names = provides.get(plugin, {}).get("register_agent_middleware", [])
+        return sorted((middleware[n] for n in names), key=lambda m: (m.order, m.name))
+
     if args.json:
         records = []
         for info in infos:
             record = vars(info) | {"ok": info.ok}
             if args.all:
                 record["provides"] = provides.get(info.name, {})
+                record["agent_middleware"] = [
+                    {"name": m.name, "order": m.order, "default": m.default}
+                    for m in plugin_middleware(info.name)
+                ]
             records.append(record)
         print(json.dumps(records, indent=2))
         return 0
@@ -80,6 +91,11 @@ def _cmd_plugins(args: argparse.Namespace) -> int:
         if info.disabled:
             print(f"    disabled: {info.disabled}")
         for hook, names in sorted(provides.get(info.name, {}).items()):
+            if hook == "register_agent_middleware":
+                names = [
+                    f"{m.name} ({m.order}{', default' if m.default else ''})"
+                    for m in plugin_middleware(info.name)
+                ]
             print(f"    {hook.removeprefix('register_').replace('_', ' ')}: {', '.join(names)}")
         for error in info.errors:
             print(f"    error: {error}")

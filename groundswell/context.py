@@ -1,88 +1,13 @@
-"""Where am I in the run? The current tree and node, on contextvars.
+"""Old import path of `groundswell.run_context`, kept so existing imports keep working.
 
-Every workflow, step, agent call and tool call sets the current frame while it
-runs, and whatever starts inside it mounts under that node. Because
-``asyncio`` copies the context into every task (``gather``, ``TaskGroup``,
-``create_task``) and ``asyncio.to_thread`` copies it into the worker thread,
-concurrent branches mount correctly with no plumbing and no cross-talk.
+The name is an alias of the same module object, so reading or patching an
+attribute through either path sees the same value.
 """
 
 from __future__ import annotations
 
-from contextvars import ContextVar
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+import sys
 
-from .plugins import get_plugin_manager
-from .tree import EventNode, EventTree
+from . import run_context
 
-if TYPE_CHECKING:
-    from .workflow import WorkflowContext
-
-__all__ = [
-    "Frame",
-    "current_agent",
-    "current_frame",
-    "current_node",
-    "current_tree",
-    "record_event",
-]
-
-
-@dataclass(frozen=True, slots=True)
-class Frame:
-    """The current position in a run: its tree, the node code runs under, its workflow.
-
-    ``hooks`` is set while an agent's tool call runs: the hook runner of that
-    agent's prompt, where sub-agent hooks fire. ``agent`` is the
-    `Agent` whose prompt (or tool call) runs now.
-    """
-
-    tree: EventTree
-    node: EventNode
-    workflow: WorkflowContext | None = None
-    hooks: Any = None
-    agent: Any = None
-
-
-_frame: ContextVar[Frame | None] = ContextVar("groundswell_frame", default=None)
-
-
-def current_frame() -> Frame | None:
-    """The current `Frame`, or ``None`` outside any run."""
-    return _frame.get()
-
-
-def current_node() -> EventNode | None:
-    """The node the calling code runs under, or ``None`` outside any run."""
-    frame = _frame.get()
-    return frame.node if frame is not None else None
-
-
-def current_tree() -> EventTree | None:
-    """The tree of the run the calling code belongs to, or ``None`` outside any run."""
-    frame = _frame.get()
-    return frame.tree if frame is not None else None
-
-
-def current_agent() -> Any:
-    """The agent whose prompt or tool call the calling code runs in, or ``None``."""
-    frame = _frame.get()
-    return frame.agent if frame is not None else None
-
-
-def record_event(type: str, **data: Any) -> dict[str, Any] | None:
-    """Record a point-in-time event on the current node; ``None`` outside any run."""
-    frame = _frame.get()
-    if frame is None:
-        return None
-    return frame.tree.add_event(frame.node, type, **data)
-
-
-def new_run_tree() -> EventTree:
-    """A fresh tree for a top-level run, wired to the registered event sinks."""
-    tree = EventTree()
-    hub = get_plugin_manager().sink_hub()
-    if hub:
-        tree._dispatch = hub.dispatch
-    return tree
+sys.modules[__name__] = run_context

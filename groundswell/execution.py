@@ -2,9 +2,8 @@
 
 Running a workflow (`Workflow.run`), running a step (`WorkflowContext.step`)
 and spawning a workflow on a queue (``ctx.spawn_workflow(..., queue=)``) go
-through an `ExecutionEngine` chosen by name. The kernel's ``local`` engine is
-today's in-process behaviour and costs nothing: the kernel skips the seam
-entirely for it. Durable engines come from plugins through the
+through an `ExecutionEngine` chosen by name, always: the kernel's ``local``
+engine runs them in-process and costs one call. Durable engines come from plugins through the
 ``register_execution_backends`` hook (the bundled ``dbos`` engine checkpoints
 steps in Postgres or SQLite and runs queued workflows on workers).
 """
@@ -67,7 +66,7 @@ class WorkflowCall:
         by default the workflow's own backend does.
         """
         try:
-            result = await self.workflow._run_here(
+            result = await self.workflow.execute(
                 self.args, self.kwargs, run_id=run_id, engine=engine
             )
         except BaseException as exc:
@@ -102,7 +101,7 @@ class ExecutionEngine(Protocol):
 
 
 class LocalEngine:
-    """The in-process engine. The kernel bypasses it; it exists to be listed and named."""
+    """The in-process engine: runs workflows and steps right here, at the cost of a call."""
 
     async def run_workflow(self, call: WorkflowCall) -> WorkflowResult[Any]:
         return await call.run_here()
@@ -115,11 +114,16 @@ class LocalEngine:
     async def spawn(
         self, ctx: WorkflowContext, node: EventNode, call: WorkflowCall, queue: str
     ) -> Any:
-        raise ConfigurationError(
-            f"spawn_workflow(queue={queue!r}) needs a distributed execution backend; the "
-            'local one has no queues. Install one (pip install "groundswell[durable]") or '
-            "leave queue= out to run the workflow here"
-        )
+        # The local engine has no queues: the durable backend the child names (or the
+        # default one) takes the hand-off.
+        engine = get_engine(durable_backend_name(call.workflow.durable or True))
+        if isinstance(engine, LocalEngine):
+            raise ConfigurationError(
+                f"spawn_workflow(queue={queue!r}) needs a distributed execution backend; the "
+                'local one has no queues. Install one (pip install "groundswell[durable]") or '
+                "leave queue= out to run the workflow here"
+            )
+        return await engine.spawn(ctx, node, call, queue)
 
 
 @hookimpl
@@ -144,7 +148,8 @@ def durable_backend_name(durable: bool | str) -> str:
 def get_engine(name: str) -> ExecutionEngine:
     """The process-wide engine of the backend named ``name`` (created on first use).
 
-    Raises `ConfigurationError` naming the installed backends when none has that name.
+    Raises `ConfigurationError` naming the installed backends when none has that name
+    (`PluginManager.lookup`).
     """
     engine = _engines.get(name)
     if engine is not None:
@@ -155,20 +160,7 @@ def get_engine(name: str) -> ExecutionEngine:
         engine = _engines.get(name)
         if engine is not None:
             return engine
-        manager = get_plugin_manager()
-        backends = manager.execution_backends()
-        record = backends.get(name)
-        if record is None:
-            hint = (
-                ' (pip install "groundswell[durable]" for the bundled one)'
-                if name == DEFAULT_DURABLE
-                else ""
-            )
-            problems = "".join(f"; plugin {p!r}: {e[-1]}" for p, e in manager.errors.items())
-            raise ConfigurationError(
-                f"no execution backend named {name!r}{hint}; "
-                f"installed: {', '.join(sorted(backends)) or 'none'}{problems}"
-            )
+        record = get_plugin_manager().lookup(ExecutionBackend, name)
         try:
             made = record.factory()
         except (ConfigurationError, PluginError):

@@ -3,12 +3,13 @@
 A plugin is any object or module with functions marked ``@hookimpl`` whose
 names match the specs below. Each ``register_*`` hook takes no arguments and
 returns one record or an iterable of records. A record is cheap: a unique
-``name`` and a lazy ``factory`` that is called only when the thing is used, so
-loading plugins stays fast.
+``name`` and, for most kinds, a lazy ``factory`` that is called only when the
+thing is used, so loading plugins stays fast.
 """
 
 from __future__ import annotations
 
+import keyword
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeAlias
@@ -16,6 +17,8 @@ from typing import Any, TypeAlias
 import pluggy
 
 __all__ = [
+    "AgentMiddleware",
+    "AgentOption",
     "CacheBackend",
     "CliCommand",
     "ContextProvider",
@@ -34,6 +37,22 @@ hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
 
 
+def _check_name(record: Any) -> None:
+    if not isinstance(record.name, str) or not record.name.strip():
+        raise TypeError(
+            f"{type(record).__name__}.name must be a non-empty string, got {record.name!r}"
+        )
+
+
+def _check_callable(record: Any, field: str, *, optional: bool = False) -> None:
+    value = getattr(record, field)
+    if not callable(value) and not (optional and value is None):
+        raise TypeError(
+            f"{type(record).__name__} {record.name!r}: {field} must be callable"
+            f"{' or None' if optional else ''}, got {type(value).__name__}"
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class _Record:
     name: str
@@ -41,13 +60,8 @@ class _Record:
     description: str = ""
 
     def __post_init__(self) -> None:
-        kind = type(self).__name__
-        if not isinstance(self.name, str) or not self.name.strip():
-            raise TypeError(f"{kind}.name must be a non-empty string, got {self.name!r}")
-        if not callable(self.factory):
-            raise TypeError(
-                f"{kind} {self.name!r}: factory must be callable, got {type(self.factory).__name__}"
-            )
+        _check_name(self)
+        _check_callable(self, "factory")
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +124,68 @@ class ExecutionBackend(_Record):
     """
 
 
-HookResult: TypeAlias = "_Record | Iterable[_Record] | None"
+# Not a `_Record`: its positional order is (name, factory, order, default), as
+# section 6 of the design fixes it, so it shares the validation instead.
+@dataclass(frozen=True, slots=True)
+class AgentMiddleware:
+    """Agent middleware: ``factory()`` (no arguments) returns a `groundswell.Middleware`.
+
+    ``order`` places it in the chain: lower runs outside higher, ties by name.
+    ``default=True`` applies it to every agent; otherwise an agent opts in with
+    ``Agent(middleware=["name"])``.
+    """
+
+    name: str
+    factory: Callable[[], Any]
+    order: int = 500
+    default: bool = False
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        _check_name(self)
+        _check_callable(self, "factory")
+        # bool is an int subclass; order=True is surely a misplaced default=True.
+        if isinstance(self.order, bool) or not isinstance(self.order, int):
+            raise TypeError(
+                f"AgentMiddleware {self.name!r}: order must be an int (lower runs outside "
+                f"higher), got {self.order!r}"
+            )
+        if not isinstance(self.default, bool):
+            raise TypeError(
+                f"AgentMiddleware {self.name!r}: default must be True or False, got "
+                f"{self.default!r}"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class AgentOption:
+    """An agent option a plugin declares, given as ``Agent(name=value)``.
+
+    ``check(value, owner)`` validates and returns the (possibly normalized)
+    value, raising `groundswell.ConfigurationError` that names the field and the
+    fix (``owner`` names the agent, for that message); ``None`` accepts any
+    value. ``agent.options[name]`` reads ``default`` when the option is not
+    given (keep it immutable: every agent shares it).
+    """
+
+    name: str
+    check: Callable[[Any, str], Any] | None = None
+    default: Any = None
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        _check_name(self)
+        # It becomes a keyword argument of Agent(...), so it must be spellable as one.
+        if not self.name.isidentifier() or keyword.iskeyword(self.name):
+            raise TypeError(
+                f"AgentOption.name must be a Python identifier (it is passed as "
+                f"Agent({self.name}=...)), got {self.name!r}"
+            )
+        _check_callable(self, "check", optional=True)
+
+
+_AnyRecord: TypeAlias = "_Record | AgentMiddleware | AgentOption"
+HookResult: TypeAlias = "_AnyRecord | Iterable[_AnyRecord] | None"
 
 
 @hookspec
@@ -151,3 +226,13 @@ def register_tool_providers() -> HookResult:
 @hookspec
 def register_token_counters() -> HookResult:
     """Return the `TokenCounter` records this plugin adds."""
+
+
+@hookspec
+def register_agent_middleware() -> HookResult:
+    """Return the `AgentMiddleware` records this plugin adds."""
+
+
+@hookspec
+def register_agent_options() -> HookResult:
+    """Return the `AgentOption` records this plugin adds."""

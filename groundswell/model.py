@@ -14,15 +14,27 @@ import functools
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import anthropic
-import httpx2
 from pydantic import BaseModel, ValidationError
 
 from .errors import ModelAPIError, ResponseValidationError
 
-__all__ = ["build_request", "call_model", "parse_output"]
+if TYPE_CHECKING:
+    import anthropic
+
+# anthropic (and httpx2 under it) take about a second to import: they are imported
+# where a model is called or an error classified, so that importing the agent's
+# building blocks (e.g. to define a Middleware in a plugin) stays cheap.
+
+__all__ = [
+    "api_error",
+    "build_request",
+    "call_model",
+    "is_retryable_stream_error",
+    "parse_output",
+    "uses_beta",
+]
 
 SAMPLING_FIELDS = ("temperature", "top_p", "top_k")
 PASSTHROUGH_FIELDS = (
@@ -44,10 +56,12 @@ def build_request(
     tools: Sequence[Mapping[str, Any]],
     system: Any,
     response_format: type[BaseModel] | None,
-    mcp_servers: Sequence[Mapping[str, Any]],
-    api_skills: Sequence[Mapping[str, Any]],
-) -> tuple[dict[str, Any], bool]:
-    """The keyword arguments for ``messages.create`` and whether to use the beta namespace."""
+) -> dict[str, Any]:
+    """The keyword arguments for ``messages.create`` (see `uses_beta`).
+
+    ``settings`` holds the request fields by their API names; ``mcp_servers``
+    (remote MCP servers) and ``container`` are sent as they are there.
+    """
     params: dict[str, Any] = {
         "model": settings["model"],
         "max_tokens": settings["max_tokens"],
@@ -66,37 +80,38 @@ def build_request(
             extra_body[name] = settings[name]
     if extra_body:
         params["extra_body"] = extra_body
-    container = settings.get("container")
-    if api_skills:
-        base = dict(container) if isinstance(container, Mapping) else {}
-        if isinstance(container, str):
-            base["id"] = container
-        base["skills"] = [*base.get("skills", []), *api_skills]
-        container = base
-    if container is not None:
-        params["container"] = container
+    if settings.get("container") is not None:
+        params["container"] = settings["container"]
     if response_format is not None:
         params["output_config"] = {
             "format": {"type": "json_schema", "schema": _schema(response_format)}
         }
-    beta = bool(settings.get("betas") or mcp_servers)
-    if beta:
-        if settings.get("betas"):
-            params["betas"] = list(settings["betas"])
-        if mcp_servers:
-            params["mcp_servers"] = [dict(s) for s in mcp_servers]
-    return params, beta
+    if settings.get("betas"):
+        params["betas"] = list(settings["betas"])
+    if settings.get("mcp_servers"):
+        params["mcp_servers"] = [dict(s) for s in settings["mcp_servers"]]
+    return params
+
+
+def uses_beta(params: Mapping[str, Any]) -> bool:
+    """True when a request needs the SDK's beta namespace (betas or remote MCP servers)."""
+    return bool(params.get("betas") or params.get("mcp_servers"))
 
 
 @functools.lru_cache(maxsize=256)
 def _schema(response_format: type[BaseModel]) -> dict[str, Any]:
     # Building a model's JSON schema costs ~200 us; a model class does not change.
+    import anthropic
+
     schema: dict[str, Any] = anthropic.transform_schema(response_format)
     return schema
 
 
 def api_error(exc: Exception, model: str) -> ModelAPIError:
     """A `ModelAPIError` describing an SDK exception (raise it ``from exc``)."""
+    import anthropic
+    import httpx2
+
     if isinstance(exc, anthropic.APIStatusError):
         kind, message = _error_body(exc)
         status = exc.status_code
@@ -136,6 +151,9 @@ def _error_body(exc: anthropic.APIStatusError) -> tuple[str, str]:
 
 def is_retryable_stream_error(exc: Exception) -> bool:
     """True for an overload/server error event or a dropped connection in mid-stream."""
+    import anthropic
+    import httpx2
+
     if isinstance(exc, anthropic.APIStatusError) and exc.status_code == 200:
         return _error_body(exc)[0] in _RETRYABLE_STREAM_ERRORS
     # The SDK retries failed connections itself, but not a body that breaks off.
@@ -145,11 +163,10 @@ def is_retryable_stream_error(exc: Exception) -> bool:
 async def call_model(
     client: anthropic.AsyncAnthropic,
     params: dict[str, Any],
-    beta: bool,
     on_delta: Callable[[str, str], None] | None = None,
 ) -> Any:
     """One model round trip; streams when ``on_delta(kind, text)`` is given."""
-    api: Any = client.beta.messages if beta else client.messages
+    api: Any = client.beta.messages if uses_beta(params) else client.messages
     if on_delta is None:
         try:
             return await api.create(**params)

@@ -14,21 +14,24 @@ the host down. Environment controls:
 from __future__ import annotations
 
 import atexit
+import importlib
 import importlib.metadata as md
 import logging
 import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 import pluggy
 
 from . import hookspecs
-from .errors import PluginError
+from .errors import ConfigurationError, PluginError
 from .events import SinkHub
 from .hookspecs import (
+    AgentMiddleware,
+    AgentOption,
     CacheBackend,
     CliCommand,
     ContextProvider,
@@ -37,6 +40,7 @@ from .hookspecs import (
     ReflectionStrategy,
     TokenCounter,
     ToolProvider,
+    hookimpl,
 )
 
 __all__ = ["PluginInfo", "PluginManager", "flush_sinks", "get_plugin_manager"]
@@ -44,6 +48,15 @@ __all__ = ["PluginInfo", "PluginManager", "flush_sinks", "get_plugin_manager"]
 logger = logging.getLogger("groundswell.plugins")
 
 ENTRY_POINT_GROUP = "groundswell"
+#: The kernel's own default plugins, by module name (as datasette names its
+#: DEFAULT_PLUGINS): importing them here by name keeps the registry below the
+#: features it registers.
+KERNEL_PLUGINS = (
+    "groundswell.reflection",
+    "groundswell.tokens",
+    "groundswell.execution",
+    "groundswell.middleware",
+)
 BUILTIN = "groundswell"
 _HOOK_RECORDS: dict[str, type[Any]] = {
     "register_cache_backends": CacheBackend,
@@ -54,9 +67,29 @@ _HOOK_RECORDS: dict[str, type[Any]] = {
     "register_cli_commands": CliCommand,
     "register_token_counters": TokenCounter,
     "register_execution_backends": ExecutionBackend,
+    "register_agent_middleware": AgentMiddleware,
+    "register_agent_options": AgentOption,
 }
+_HOOK_OF_RECORD = {record: hook for hook, record in _HOOK_RECORDS.items()}
+# What `lookup`'s error calls one record of each kind.
+_KIND_NOUNS = {
+    "register_cache_backends": "cache backend",
+    "register_reflection_strategies": "reflection strategy",
+    "register_event_sinks": "event sink",
+    "register_tool_providers": "toolset",
+    "register_context_providers": "context provider",
+    "register_cli_commands": "command",
+    "register_token_counters": "token counter",
+    "register_execution_backends": "execution backend",
+    "register_agent_middleware": "agent middleware",
+    "register_agent_options": "agent option",
+}
+# Bundled plugins whose dependencies sit behind an extra: plugin (and record) name -> extra.
+_EXTRAS = {"redis": "redis", "dbos": "durable", "history": "history"}
 R = TypeVar(
     "R",
+    AgentMiddleware,
+    AgentOption,
     CacheBackend,
     ReflectionStrategy,
     EventSink,
@@ -120,14 +153,17 @@ class PluginManager:
         #: Installed plugins that the allow- or deny-list kept from loading.
         self.skipped: dict[str, PluginInfo] = {}
         # The kernel's own hook implementations (the ``feedback`` reflection strategy,
-        # the ``estimate`` and ``anthropic`` token counters) register like any plugin,
-        # so every collector sees them, and no allow-list can switch them off.
-        from . import execution, reflection, tokens
-
-        kernel = SimpleNamespace(
-            register_reflection_strategies=reflection.register_reflection_strategies,
-            register_token_counters=tokens.register_token_counters,
-            register_execution_backends=execution.register_execution_backends,
+        # the ``estimate`` and ``anthropic`` token counters, the ``local`` execution
+        # backend, the default agent middleware) register like any plugin, so every
+        # collector sees them, and no allow-list can switch them off. They are
+        # tryfirst, so only a plugin's tryfirst hook takes their names.
+        kernel = _kernel_plugin(
+            *(
+                hook
+                for module in KERNEL_PLUGINS
+                for hook_name in _HOOK_RECORDS
+                if (hook := getattr(importlib.import_module(module), hook_name, None)) is not None
+            )
         )
         self._infos[BUILTIN] = PluginInfo(name=BUILTIN, source="builtin")
         self._register(kernel, self._infos[BUILTIN], always_raise=True)
@@ -233,6 +269,20 @@ class PluginManager:
         self._sinks_gen += 1
         return True
 
+    @property
+    def generation(self) -> int:
+        """A number that changes whenever a plugin is registered or removed."""
+        return self._sinks_gen
+
+    def report(self, plugin: str, message: str, exc: BaseException | None = None) -> None:
+        """Record a problem of the plugin named ``plugin``: logged once, or raised when strict."""
+        info = self._infos.get(plugin) or PluginInfo(name=plugin)
+        self._report(info, message, exc)
+
+    def owner(self, hook_name: str, record_name: str) -> str | None:
+        """The plugin that registered ``record_name`` through ``hook_name``, if any."""
+        return self._collect_owned(hook_name, _HOOK_RECORDS[hook_name])[1].get(record_name)
+
     def _report(self, info: PluginInfo, message: str, exc: BaseException | None = None) -> None:
         first_time = message not in info.errors
         if first_time:
@@ -269,14 +319,65 @@ class PluginManager:
         return {i.name: list(i.errors) for i in self._infos.values() if i.errors}
 
     def check(self) -> None:
-        """Call every registration hook once, so hook failures are recorded.
+        """Call every registration hook once, so hook failures and name clashes are recorded.
 
-        Sink factories are not called here; they run when the first run starts.
+        No factory is called here (sinks start when the first run starts).
         """
-        self.cache_backends()
-        self.reflection_strategies()
-        self.tool_providers()
-        self.event_sinks()
+        for hook_name, record_type in _HOOK_RECORDS.items():
+            self._collect(hook_name, record_type)
+
+    @overload
+    def lookup(self, kind: type[R], name: str) -> R: ...
+
+    @overload
+    def lookup(self, kind: str, name: str) -> Any: ...
+
+    def lookup(self, kind: str | type[Any], name: str) -> Any:
+        """The record of one kind registered as ``name``; the one way to resolve a name.
+
+        ``kind`` is a record type (``CacheBackend``: the result is typed) or its
+        hook's name (``"register_cache_backends"``). An unknown name raises
+        `ConfigurationError`, the same for every kind::
+
+            no cache backend named 'x'; available: lru, redis
+
+        (``available: none installed`` when there are none), followed by what
+        may explain it: the plugin of that name turned off by
+        ``GROUNDSWELL_LOAD_PLUGINS``/``GROUNDSWELL_DISABLE_PLUGINS``, the extra a
+        bundled plugin needs (``pip install "groundswell[redis]"``), and the
+        last error of each plugin that failed to load or register.
+        """
+        hook_name = kind if isinstance(kind, str) else _HOOK_OF_RECORD.get(kind)
+        if hook_name not in _HOOK_RECORDS:
+            raise TypeError(
+                f"lookup: {kind!r} is not a record type or registration hook name; one of: "
+                + ", ".join(sorted(_HOOK_RECORDS))
+            )
+        records = self._collect(hook_name, _HOOK_RECORDS[hook_name])
+        record = records.get(name)
+        if record is None:
+            raise ConfigurationError(self._not_found(hook_name, name, sorted(records)))
+        return record
+
+    def _not_found(self, hook_name: str, name: str, available: list[str]) -> str:
+        message = (
+            f"no {_KIND_NOUNS[hook_name]} named {name!r}; "
+            f"available: {', '.join(available) or 'none installed'}"
+        )
+        # Bundled plugins name their main record after themselves, so a plugin of
+        # the same name that is off or broken is the likely explanation.
+        skipped = self.skipped.get(name)
+        loaded = self._infos.get(name)
+        if skipped is not None and skipped.disabled:
+            message += f"; plugin {name!r} is installed but not loaded ({skipped.disabled})"
+        elif name in _EXTRAS and (loaded is None or not loaded.ok):
+            message += (
+                f"; it comes with the bundled {name!r} plugin: "
+                f'pip install "groundswell[{_EXTRAS[name]}]"'
+            )
+        for plugin, errors in sorted(self.errors.items()):
+            message += f"; plugin {plugin!r} failed: {errors[-1]}"
+        return message
 
     # -- collectors ------------------------------------------------------------------
 
@@ -289,26 +390,40 @@ class PluginManager:
         """Records by name, and the plugin that registered each name."""
         records: dict[str, R] = {}
         owners: dict[str, str] = {}
+        first: dict[str, pluggy.HookImpl] = {}
         caller = getattr(self._pm.hook, hook_name)
         # Calling each implementation on its own isolates a raising plugin; pluggy's
-        # own call would abort the whole collection at the first failure.
-        for impl in caller.get_hookimpls():  # registration order: first one wins
+        # own call would abort the whole collection at the first failure. Walked in
+        # the order pluggy calls them (get_hookimpls() is that order reversed:
+        # tryfirst ones, then plain, then trylast; later-registered first within
+        # each), and the first one to register a name keeps it.
+        for impl in reversed(caller.get_hookimpls()):
             info = self._infos.get(impl.plugin_name) or PluginInfo(name=impl.plugin_name)
+            if impl.hookwrapper or impl.wrapper:
+                self._report(info, f"{hook_name}: registration hooks cannot be hook wrappers")
+                continue
             try:
                 items = _as_records(impl.function(), record_type, hook_name)
             except Exception as exc:
                 self._report(info, f"{hook_name} raised {type(exc).__name__}: {exc}", exc)
                 continue
             for item in items:
-                if item.name in records:
-                    self._report(
-                        info,
-                        f"{hook_name}: name {item.name!r} is already registered by plugin "
-                        f"{owners[item.name]!r}; the one from plugin {impl.plugin_name!r} is ignored",
+                winner = first.get(item.name)
+                if winner is None:
+                    records[item.name] = item
+                    owners[item.name] = impl.plugin_name
+                    first[item.name] = impl
+                elif impl.plugin_name == BUILTIN and winner.plugin_name != BUILTIN:
+                    # Only a tryfirst hook gets here (see _kernel_plugin): a deliberate
+                    # replacement of a kernel default, so not an error.
+                    logger.info(
+                        "plugin %r replaces the kernel's %s %r",
+                        winner.plugin_name,
+                        _KIND_NOUNS[hook_name],
+                        item.name,
                     )
-                    continue
-                records[item.name] = item
-                owners[item.name] = impl.plugin_name
+                else:
+                    self._report(info, _clash(hook_name, item.name, winner, impl))
         return records, owners
 
     def cache_backends(self) -> dict[str, CacheBackend]:
@@ -342,6 +457,14 @@ class PluginManager:
     def execution_backends(self) -> dict[str, ExecutionBackend]:
         """Execution backends (``local``, and durable ones such as ``dbos``) by name."""
         return self._collect("register_execution_backends", ExecutionBackend)
+
+    def agent_middleware(self) -> dict[str, AgentMiddleware]:
+        """Agent middleware by name, the kernel's own defaults included."""
+        return self._collect("register_agent_middleware", AgentMiddleware)
+
+    def agent_options(self) -> dict[str, AgentOption]:
+        """The agent options plugins declare (``Agent(name=value)``), by name."""
+        return self._collect("register_agent_options", AgentOption)
 
     # -- event sinks -----------------------------------------------------------------
 
@@ -410,6 +533,36 @@ class PluginManager:
         self._sinks_gen += 1
         if hub is not None:
             hub.close(timeout)
+
+
+def _kernel_plugin(*hooks: Callable[[], Any]) -> SimpleNamespace:
+    """The kernel's own registration hooks as one plugin, each marked ``tryfirst``.
+
+    Registered before any plugin and tryfirst, the kernel's hooks are called
+    before every plain plugin's, so its records keep their names against them;
+    a plugin's tryfirst hook is called before the kernel's (pluggy calls
+    later-registered ones first), which is how a plugin replaces a kernel record.
+    """
+
+    def tryfirst(hook: Callable[[], Any]) -> Callable[[], Any]:
+        # A wrapper, so the modules' own functions keep their plain markers.
+        def impl() -> Any:
+            return hook()
+
+        return hookimpl(tryfirst=True)(impl)
+
+    return SimpleNamespace(**{hook.__name__: tryfirst(hook) for hook in hooks})
+
+
+def _clash(hook_name: str, name: str, winner: pluggy.HookImpl, loser: pluggy.HookImpl) -> str:
+    message = (
+        f"{hook_name}: name {name!r} is already registered by plugin {winner.plugin_name!r}; "
+        f"the one from plugin {loser.plugin_name!r} is ignored"
+    )
+    # tryfirst helps unless the winner is a tryfirst plugin (then registration order decides).
+    if not loser.tryfirst and (winner.plugin_name == BUILTIN or not winner.tryfirst):
+        message += " (mark its hookimpl tryfirst=True to take the name)"
+    return message
 
 
 def _as_records(value: Any, record_type: type[R], hook_name: str) -> list[R]:

@@ -25,28 +25,6 @@ __all__ = ["Prompt", "PromptOverrides", "PromptTemplate", "create_prompt", "rend
 
 T = TypeVar("T")
 
-# Messages API request fields an Agent or PromptOverrides accepts by their API names.
-API_FIELDS = (
-    "model",
-    "system",
-    "tools",
-    "tool_choice",
-    "max_tokens",
-    "temperature",
-    "top_p",
-    "top_k",
-    "stop_sequences",
-    "metadata",
-    "thinking",
-    "betas",
-    "container",
-    "service_tier",
-    "extra_headers",
-    "extra_body",
-)
-# Groundswell settings that travel with the API fields.
-LOOP_FIELDS = ("mcps", "skills", "hooks", "env", "max_turns", "token_budget")
-
 
 def render_user(user: str, data: Any) -> str:
     """The user turn for ``user`` and ``data``.
@@ -140,8 +118,9 @@ class PromptOverrides:
     Takes every Messages API request field by its API name, plus ``mcps``,
     ``skills``, ``hooks``, ``env``, ``max_turns``, ``token_budget`` (a
     `TokenBudget`), ``cache`` (a backend name or
-    `Cache`), ``disable_cache``, ``enable_reflection`` and
-    ``reflection`` (a `ReflectionConfig`).
+    `Cache`), ``disable_cache``, ``enable_reflection``,
+    ``reflection`` (a `ReflectionConfig`) and ``middleware`` (registered
+    names or `Middleware` instances added to the agent's for this call).
     """
 
     model: str | None = None
@@ -170,8 +149,16 @@ class PromptOverrides:
     disable_cache: bool | None = None
     enable_reflection: bool | None = None
     reflection: ReflectionConfig | None = None
+    middleware: Sequence[Any] | None = None
 
     def __post_init__(self) -> None:
+        if self.middleware is not None and (
+            isinstance(self.middleware, str) or not isinstance(self.middleware, Sequence)
+        ):
+            raise ConfigurationError(
+                "PromptOverrides.middleware must be a list of registered middleware names or "
+                f"groundswell.Middleware instances, got {self.middleware!r:.60}"
+            )
         if self.enable_reflection is not None and not isinstance(self.enable_reflection, bool):
             raise ConfigurationError(
                 "PromptOverrides.enable_reflection must be True, False or None, "

@@ -25,10 +25,9 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, runtime_checkable
 
 from ._serialize import error_record, jsonable
-from .context import Frame, _frame
 from .errors import (
     ConfigurationError,
     ExtractionError,
@@ -40,6 +39,7 @@ from .errors import (
 )
 from .hookspecs import ReflectionStrategy, hookimpl
 from .plugins import get_plugin_manager
+from .run_context import Frame, reset_frame, set_frame
 from .tree import EventNode, EventTree, NodeStatus, NodeType
 
 if TYPE_CHECKING:
@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from .workflow import WorkflowContext
 
 __all__ = [
+    "AGENT_REFLECTABLE",
     "MAX_ATTEMPTS_CAP",
     "ReflectionAPI",
     "ReflectionConfig",
@@ -56,9 +57,13 @@ __all__ = [
     "ReflectionResult",
     "Reflector",
     "is_recoverable",
+    "reflect_once",
+    "retry_step",
+    "retry_with_reflection",
 ]
 
 logger = logging.getLogger("groundswell.reflection")
+T = TypeVar("T")
 
 #: No configuration may ask for more attempts than this (the first one included).
 MAX_ATTEMPTS_CAP = 10
@@ -393,15 +398,16 @@ async def reflect_once(
         # A strategy name nobody registered is the caller's configuration to fix.
         tree.end_node(node, NodeStatus.FAILED, error=exc)
         raise exc from context.error
-    token = _frame.set(Frame(tree, node, workflow))
-    engine = workflow._engine if workflow is not None else None
+    token = set_frame(Frame(tree, node, workflow))
     try:
-        if engine is None:
+        if workflow is None:
             result = await strategy.reflect(context)
         else:
             # In a durable run the reflection is checkpointed like a step, so a
             # recovered run does not ask the reflecting model again.
-            result = await engine.run_step(workflow, node, lambda: strategy.reflect(context))
+            result = await workflow.engine.run_step(
+                workflow, node, lambda: strategy.reflect(context)
+            )
         if not isinstance(result, ReflectionResult):
             raise PluginError(
                 f"reflection strategy {chosen!r} returned {type(result).__name__}, "
@@ -415,7 +421,7 @@ async def reflect_once(
         strategy_failed(context.error, node, tree, chosen, exc)
         return None
     finally:
-        _frame.reset(token)
+        reset_frame(token)
     entry = ReflectionEntry(
         level=context.level,
         name=name,
@@ -505,11 +511,70 @@ class ReflectionAPI:
         mine = self._mine()
         return mine.attempt + 1 if mine is not None else 1
 
-    def _add(self, entry: ReflectionEntry) -> None:
+    def record(self, entry: ReflectionEntry) -> None:
+        """Add a reflection to this run's history (strategies and reflecting middleware do)."""
         self._history.append(entry)
 
     def __repr__(self) -> str:
         return f"ReflectionAPI(enabled={self.enabled}, history={len(self._history)})"
+
+
+async def retry_with_reflection(
+    attempt: Callable[[int, ReflectionEntry | None], Awaitable[T]],
+    *,
+    config: ReflectionConfig,
+    name: str,
+    workflow: WorkflowContext | None,
+    catches: Callable[[Exception], bool],
+    describe: Callable[[Exception, int, tuple[ReflectionEntry, ...]], ReflectionContext | None],
+    record: Callable[[ReflectionEntry], None],
+    prepare: Callable[[ReflectionContext, ReflectionEntry], Awaitable[None]] | None = None,
+) -> T:
+    """The one retry loop of every level: run, reflect on a failure, run again.
+
+    ``attempt(n, entry)`` runs attempt ``n`` (``entry`` is the reflection that
+    led to it, ``None`` for the first). A failure ``catches`` accepts is told
+    to the strategy as ``describe(failure, n, previous)`` (``None``: nothing to
+    reflect on, give up) in a ``reflection`` node beside the failed one;
+    ``record`` keeps each reflection, ``prepare`` applies one before the retry
+    (a `ConfigurationError` there gives up). At most ``config.max_attempts``
+    attempts; giving up re-raises the last failure, marked so that no
+    enclosing level starts over.
+    """
+    previous: list[ReflectionEntry] = []
+    entry: ReflectionEntry | None = None
+    number = 1
+    while True:
+        try:
+            return await attempt(number, entry)
+        except Exception as exc:
+            if not catches(exc):
+                raise
+            failure = exc
+        context = (
+            describe(failure, number, tuple(previous)) if number < config.max_attempts else None
+        )
+        if context is None:
+            mark_given_up(failure)
+            raise failure
+        tree, failed = context.tree, context.failed_node
+        parent = tree.get_node(failed.parent_id) if failed.parent_id else None
+        entry = await reflect_once(context, name=name, parent=parent, workflow=workflow)
+        if entry is not None:
+            record(entry)
+        if entry is None or not entry.should_retry:
+            mark_given_up(failure)
+            raise failure
+        if prepare is not None:
+            try:
+                await prepare(context, entry)
+            except ConfigurationError as exc:  # e.g. revised data that cannot be rendered
+                strategy_failed(failure, tree.get_node(entry.node_id), tree, entry.strategy, exc)
+                mark_given_up(failure)
+                raise failure from None
+        previous.append(entry)
+        await pause(config)
+        number += 1
 
 
 async def retry_step(
@@ -518,51 +583,49 @@ async def retry_step(
     name: str,
     config: ReflectionConfig,
     ctx: WorkflowContext,
-    parent: EventNode,
     failed_nodes: list[EventNode],
     agent: Agent | None,
 ) -> Any:
     """Run a step, reflecting on each recoverable failure and retrying, up to the limit.
 
     ``run_attempt(n)`` runs attempt ``n`` as its own step node and appends it
-    to ``failed_nodes`` before raising.
+    to ``failed_nodes`` before raising. The retried step sees its reflection as
+    ``ctx.reflection.last``.
     """
-    tree = ctx.event_tree
-    previous: list[ReflectionEntry] = []
-    entry: ReflectionEntry | None = None
-    attempt = 1
-    while True:
+
+    async def attempt(number: int, entry: ReflectionEntry | None) -> Any:
         token = _current_entry.set((ctx.workflow_id, entry)) if entry is not None else None
         try:
-            return await run_attempt(attempt)
-        except Exception as exc:
-            failure = exc
+            return await run_attempt(number)
         finally:
             if token is not None:
                 _current_entry.reset(token)
-        if attempt >= config.max_attempts or not is_recoverable(failure) or gave_up_on(failure):
-            mark_given_up(failure)
-            raise failure
-        context = ReflectionContext(
+
+    def describe(
+        failure: Exception, number: int, previous: tuple[ReflectionEntry, ...]
+    ) -> ReflectionContext | None:
+        if not is_recoverable(failure) or gave_up_on(failure):
+            return None
+        return ReflectionContext(
             level="workflow",
             failed_node=failed_nodes[-1],
             error=failure,
-            attempt=attempt,
-            previous_attempts=tuple(previous),
+            attempt=number,
+            previous_attempts=previous,
             config=config,
-            tree=tree,
+            tree=ctx.event_tree,
             agent=agent,
         )
-        entry = await reflect_once(context, name=name, parent=parent, workflow=ctx)
-        if entry is None or not entry.should_retry:
-            mark_given_up(failure)
-            if entry is not None:
-                ctx.reflection._add(entry)
-            raise failure
-        ctx.reflection._add(entry)
-        previous.append(entry)
-        await pause(config)
-        attempt += 1
+
+    return await retry_with_reflection(
+        attempt,
+        config=config,
+        name=name,
+        workflow=ctx,
+        catches=lambda exc: True,
+        describe=describe,
+        record=ctx.reflection.record,
+    )
 
 
 _GAVE_UP = "_groundswell_reflection_gave_up"

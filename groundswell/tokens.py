@@ -190,7 +190,7 @@ def estimate_message(message: Mapping[str, Any]) -> int:
     return _MESSAGE_OVERHEAD + sum(_block_tokens(b) for b in content or ())
 
 
-def _system_tokens(system: Any) -> int:
+def system_tokens(system: Any) -> int:
     if not system:
         return 0
     if isinstance(system, str):
@@ -198,7 +198,7 @@ def _system_tokens(system: Any) -> int:
     return sum(_block_tokens(b) for b in system)
 
 
-def _tools_tokens(tools: Sequence[Mapping[str, Any]]) -> int:
+def tools_tokens(tools: Sequence[Mapping[str, Any]]) -> int:
     if not tools:
         return 0
     return _TOOLS_OVERHEAD + sum(estimate_tokens(dict(t)) for t in tools)
@@ -207,8 +207,8 @@ def _tools_tokens(tools: Sequence[Mapping[str, Any]]) -> int:
 def estimate_request(request: CountRequest) -> int:
     """The estimated input tokens of a whole request."""
     return (
-        _system_tokens(request.system)
-        + _tools_tokens(request.tools)
+        system_tokens(request.system)
+        + tools_tokens(request.tools)
         + sum(estimate_message(m) for m in request.messages)
     )
 
@@ -255,13 +255,20 @@ _DEFAULT_COUNTER = EstimateCounter()
 
 
 def known_counter(name: str) -> list[str] | None:
-    """``None`` when a counter named ``name`` is registered, else the names that are."""
+    """``None`` when a counter named ``name`` is registered, else the names that are.
+
+    To raise the usual error instead, use ``get_plugin_manager().lookup(TokenCounter, name)``.
+    """
     if name == "estimate":
         return None
     from .plugins import get_plugin_manager
 
-    names = sorted(get_plugin_manager().token_counters())
-    return None if name in names else names
+    manager = get_plugin_manager()
+    try:
+        manager.lookup(TokenCounter, name)
+    except ConfigurationError:
+        return sorted(manager.token_counters())
+    return None
 
 
 def get_counter(choice: str | Counter | None = None) -> Counter:
@@ -273,13 +280,7 @@ def get_counter(choice: str | Counter | None = None) -> Counter:
         return _DEFAULT_COUNTER
     from .plugins import get_plugin_manager
 
-    records = get_plugin_manager().token_counters()
-    record = records.get(name)
-    if record is None:
-        raise ConfigurationError(
-            f"no token counter named {name!r}; available: {sorted(records)}. "
-            "Install or enable the plugin that provides it, or use TokenBudget(counter=...)"
-        )
+    record = get_plugin_manager().lookup(TokenCounter, name)
     counter = record.factory()
     if not isinstance(counter, Counter):
         raise PluginError(

@@ -27,8 +27,19 @@ from pydantic import BaseModel
 
 from ._serialize import register_secret
 from .errors import ConfigurationError, ToolError
+from .tree import NodeType
 
-__all__ = ["MCPBridge", "Skill", "Tool", "ToolContext", "tool_for", "tool_result_content"]
+__all__ = [
+    "MCPBridge",
+    "Skill",
+    "Tool",
+    "ToolContext",
+    "ToolFailed",
+    "ToolHandler",
+    "tool_error_text",
+    "tool_for",
+    "tool_result_content",
+]
 
 _NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 # Seconds a local MCP server gets to start and list its tools (config key "timeout").
@@ -47,6 +58,46 @@ class ToolContext:
     tool_use_id: str
     env: Mapping[str, str] = field(default_factory=dict)
     node_id: str | None = None
+
+
+class ToolFailed(ToolError):
+    """A tool's error result: the model sees exactly ``content`` (no exception type in front).
+
+    Raise it from a tool or a ``wrap_tool_call`` middleware to answer a call with
+    an ``is_error`` result worded as you like; any other exception reaches the
+    model as ``"Type: message"``.
+    """
+
+    def __init__(self, content: str) -> None:
+        super().__init__(content)
+        self.content = content
+
+
+def tool_error_text(exc: BaseException) -> str:
+    """What the model sees when a tool call raised ``exc``."""
+    if isinstance(exc, ToolFailed):
+        return exc.content
+    return f"{type(exc).__name__}: {exc}"
+
+
+@typing.runtime_checkable
+class ToolHandler(typing.Protocol):
+    """What every tool of a prompt is, whatever it came from (a function, a toolset,
+    a skill or an MCP server): a definition for the API and a way to call it."""
+
+    name: str
+    #: The node type its calls are recorded as (``tool_call`` or ``mcp_call``).
+    node_type: NodeType
+    #: The registered toolset it came from (e.g. ``"introspection"``), or ``None``.
+    toolset: str | None
+
+    def definition(self) -> dict[str, Any]:
+        """The Anthropic tool definition (``name``, ``description``, ``input_schema``)."""
+        ...
+
+    async def invoke(self, arguments: dict[str, Any], context: ToolContext) -> Any:
+        """Run the tool; returns ``tool_result`` content, raises on failure."""
+        ...
 
 
 def _doc_parts(fn: Callable[..., Any]) -> tuple[str, dict[str, str]]:
@@ -75,6 +126,8 @@ class Tool:
     A parameter annotated `ToolContext` is filled in by the agent and
     left out of the schema. Sync functions run in a worker thread.
     """
+
+    node_type = NodeType.TOOL_CALL
 
     def __init__(
         self,
@@ -170,6 +223,10 @@ class Tool:
             return await self.fn(**kwargs)
         result = await asyncio.to_thread(self.fn, **kwargs)
         return await result if inspect.isawaitable(result) else result
+
+    async def invoke(self, arguments: dict[str, Any], context: ToolContext) -> Any:
+        """Run the tool and return its result as ``tool_result`` content."""
+        return tool_result_content(await self.run(arguments, context))
 
     def __repr__(self) -> str:
         return f"Tool({self.name!r})"
@@ -300,6 +357,8 @@ class _MCPTool:
     description: str
     input_schema: dict[str, Any]
     call: Callable[[str, dict[str, Any]], Awaitable[Any]]
+    node_type: NodeType = NodeType.MCP_CALL
+    toolset: str | None = None
 
     def definition(self) -> dict[str, Any]:
         return {
@@ -307,6 +366,12 @@ class _MCPTool:
             "description": self.description,
             "input_schema": self.input_schema,
         }
+
+    async def invoke(self, arguments: dict[str, Any], context: ToolContext) -> Any:
+        text, failed = await call_mcp_tool(self, arguments)
+        if failed:  # the server's own error text is what the model sees
+            raise ToolFailed(text)
+        return text
 
 
 class MCPBridge:

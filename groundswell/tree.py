@@ -191,6 +191,15 @@ class EventTree:
         # Set by the run that owns the tree so event sinks see every change.
         self._dispatch: Callable[[Event], None] | None = None
 
+    def dispatch_to(self, deliver: Callable[[Event], None] | None) -> None:
+        """Send every later change of this tree to ``deliver`` (e.g. the event sinks' hub)."""
+        self._dispatch = deliver
+
+    @property
+    def observed(self) -> bool:
+        """True when changes of this tree reach event sinks."""
+        return self._dispatch is not None
+
     # -- building ---------------------------------------------------------------
 
     def start_node(

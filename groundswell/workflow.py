@@ -23,11 +23,11 @@ from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, cast, overload
 import pydantic
 
 from ._serialize import error_record, jsonable
-from .budget import TokenBudget, _scope, check_budget
-from .context import Frame, _frame, new_run_tree
+from .budget import TokenBudget, check_budget, current_budget, enter_budget, leave_budget
 from .errors import ConfigurationError, StepTimeout, WorkflowError
-from .execution import LOCAL, LocalEngine, WorkflowCall, durable_backend_name, get_engine
+from .execution import LOCAL, ExecutionEngine, WorkflowCall, durable_backend_name, get_engine
 from .reflection import ReflectionAPI, ReflectionConfig, resolve_config, retry_step
+from .run_context import Frame, current_frame, new_run_tree, reset_frame, set_frame
 from .tree import EventNode, EventTree, NodeStatus, NodeType
 
 __all__ = ["Workflow", "WorkflowContext", "WorkflowResult", "create_workflow", "workflow"]
@@ -148,10 +148,10 @@ class WorkflowContext:
     """What a workflow function gets as ``ctx``: steps, state, spawning, its node and tree."""
 
     __slots__ = (
-        "_engine",
         "_last_state",
         "_tree",
         "cache",
+        "engine",
         "node",
         "parent_workflow_id",
         "reflection",
@@ -165,11 +165,11 @@ class WorkflowContext:
         tree: EventTree,
         node: EventNode,
         parent_workflow_id: str | None,
-        engine: Any = None,
+        engine: ExecutionEngine,
     ) -> None:
         self.workflow = workflow
-        #: The execution engine steps go through; None runs them in-process.
-        self._engine = engine
+        #: The execution engine this run's steps and queued spawns go through.
+        self.engine = engine
         self._tree = tree
         self.node = node
         self.parent_workflow_id = parent_workflow_id
@@ -264,22 +264,22 @@ class WorkflowContext:
             )
         budget = check_budget(token_budget, f"step {name!r}")
         if budget is None:
-            scope = _scope.get()
+            scope = current_budget()
             if scope is not None and scope[0].per_step and name in scope[0].per_step:
                 budget = scope[0].per_step[name]
         if budget is not None:
-            token = _scope.set((budget, "step"))
+            token = enter_budget(budget, "step")
             try:
                 return await self._step(name, fn, timeout, reflection)
             finally:
-                _scope.reset(token)
+                leave_budget(token)
         return await self._step(name, fn, timeout, reflection)
 
     async def _step(
         self, name: str, fn: Any, timeout: float | None, reflection: ReflectionConfig | bool | None
     ) -> Any:
         tree = self._tree
-        frame = _frame.get()
+        frame = current_frame()
         # Mount under what is running now (a step inside a step nests), unless the
         # context was carried somewhere foreign, in which case use the workflow node.
         parent = frame.node if frame is not None and frame.tree is tree else self.node
@@ -298,7 +298,6 @@ class WorkflowContext:
             name=name,
             config=config,
             ctx=self,
-            parent=parent,
             failed_nodes=failed,
             agent=self.workflow.reflection_agent,
         )
@@ -318,15 +317,10 @@ class WorkflowContext:
         node = tree.start_node(NodeType.STEP, name, parent)
         if attempt is not None:
             node.metrics["attempt"] = attempt
-        token = _frame.set(Frame(tree, node, self))
-        engine = self._engine
+        token = set_frame(Frame(tree, node, self))
         try:
             # A durable engine runs the body itself (or returns its checkpoint).
-            body = (
-                _call(name, fn)
-                if engine is None
-                else engine.run_step(self, node, functools.partial(_call, name, fn))
-            )
+            body = self.engine.run_step(self, node, functools.partial(_call, name, fn))
             if timeout is None:
                 result = await body
             else:
@@ -366,7 +360,7 @@ class WorkflowContext:
             tree.end_node(node, NodeStatus.COMPLETED, output=result, record_output=True)
             return result
         finally:
-            _frame.reset(token)
+            reset_frame(token)
 
     async def spawn_workflow(
         self, wf: Workflow[..., R], *args: Any, queue: str | None = None, **kwargs: Any
@@ -391,24 +385,21 @@ class WorkflowContext:
             raise ConfigurationError(
                 f"spawn_workflow(queue=...) must be a non-empty queue name, got {queue!r}"
             )
-        engine = self._engine
-        if engine is None:
-            engine = get_engine(durable_backend_name(wf.durable or True))
         tree = self._tree
-        frame = _frame.get()
+        frame = current_frame()
         parent = frame.node if frame is not None and frame.tree is tree else self.node
         payload: dict[str, Any] = {"queue": queue}
         if args or kwargs:
             payload["input"] = {"args": args, "kwargs": kwargs}
         node = tree.start_node(NodeType.SPAWN, wf.name, parent, payload=payload)
-        token = _frame.set(Frame(tree, node, self))
+        token = set_frame(Frame(tree, node, self))
         try:
-            output = await engine.spawn(self, node, WorkflowCall(wf, args, kwargs), queue)
+            output = await self.engine.spawn(self, node, WorkflowCall(wf, args, kwargs), queue)
         except BaseException as exc:
             _end_failed(tree, node, exc)
             raise
         finally:
-            _frame.reset(token)
+            reset_frame(token)
         tree.end_node(node, NodeStatus.COMPLETED, output=output, record_output=True)
         return cast("R", output)
 
@@ -419,7 +410,7 @@ class WorkflowContext:
         Steps that change ``state`` record a snapshot on their node when they end.
         """
         snapshot = copy.deepcopy(self.state)
-        frame = _frame.get()
+        frame = current_frame()
         node = frame.node if frame is not None and frame.tree is self._tree else self.node
         self._record_snapshot(node, jsonable(snapshot), reason="requested")
         return snapshot
@@ -459,7 +450,7 @@ class WorkflowContext:
         stays one row of siblings, all ``revised`` but the last.
         """
         tree = self._tree
-        frame = _frame.get()
+        frame = current_frame()
         scope = frame.node if frame is not None and frame.tree is tree else self.node
         last = _last_prompt(tree, scope)
         if last is None:
@@ -473,11 +464,11 @@ class WorkflowContext:
                 "still running; await it first"
             )
         parent = tree.get_node(last.parent_id) if last.parent_id else scope
-        token = _frame.set(Frame(tree, parent, self))
+        token = set_frame(Frame(tree, parent, self))
         try:
             result = await agent.run(prompt, overrides)
         finally:
-            _frame.reset(token)
+            reset_frame(token)
         result.node.payload["revises"] = last.id
         tree.add_event(last, "revised", by=result.node.id)
         tree.set_status(last, NodeStatus.REVISED)
@@ -560,22 +551,24 @@ class Workflow(Generic[P, T]):
         raises `WorkflowError` (``.node_path``, ``.result`` with the whole
         tree, the original exception as ``__cause__``); cancellation propagates.
         """
-        if self._backend != LOCAL:
-            engine = get_engine(self._backend)
-            if not isinstance(engine, LocalEngine):
-                result = await engine.run_workflow(WorkflowCall(self, args, kwargs))
-                return cast("WorkflowResult[T]", result)
-        return await self._run_here(args, kwargs)
+        engine = get_engine(self._backend)
+        result = await engine.run_workflow(WorkflowCall(self, args, kwargs))
+        return cast("WorkflowResult[T]", result)
 
-    async def _run_here(
+    async def execute(
         self,
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         *,
         run_id: str | None = None,
-        engine: Any = None,
+        engine: ExecutionEngine | None = None,
     ) -> WorkflowResult[T]:
-        outer = _frame.get()
+        """Run the workflow in this process, mounted where it is called.
+
+        What `WorkflowCall.run_here` does for an execution engine; call `run`
+        instead, which goes through the workflow's engine.
+        """
+        outer = current_frame()
         if outer is None:
             tree, parent, parent_wf = new_run_tree(), None, None
         else:
@@ -585,20 +578,17 @@ class Workflow(Generic[P, T]):
         if args or kwargs:
             payload["input"] = {"args": args, "kwargs": kwargs}
         node = tree.start_node(NodeType.WORKFLOW, self.name, parent, payload=payload, id=run_id)
-        # A plain workflow run inside a durable one shares its engine, so its steps
-        # are checkpointed with the outer run's.
-        if engine is None and self._backend != LOCAL:
-            engine = get_engine(self._backend)
-        elif engine is None and outer is not None and outer.workflow is not None:
-            engine = outer.workflow._engine
-        if isinstance(engine, LocalEngine):
-            engine = None
+        if engine is None:
+            # A plain workflow run inside a durable one shares its engine, so its steps
+            # are checkpointed with the outer run's.
+            inherited = self._backend == LOCAL and outer is not None and outer.workflow is not None
+            engine = outer.workflow.engine if inherited else get_engine(self._backend)  # type: ignore[union-attr]
         ctx = WorkflowContext(self, tree, node, parent_wf, engine)
         if ctx.cache is None and outer is not None and outer.workflow is not None:
             ctx.cache = outer.workflow.cache
-        token = _frame.set(Frame(tree, node, ctx))
+        token = set_frame(Frame(tree, node, ctx))
         scoped = (
-            _scope.set((self.token_budget, "workflow")) if self.token_budget is not None else None
+            enter_budget(self.token_budget, "workflow") if self.token_budget is not None else None
         )
         started = time.perf_counter()
         try:
@@ -620,9 +610,9 @@ class Workflow(Generic[P, T]):
             )
             raise _workflow_error(self.name, exc, result) from _root_cause(exc)
         finally:
-            _frame.reset(token)
+            reset_frame(token)
             if scoped is not None:
-                _scope.reset(scoped)
+                leave_budget(scoped)
         self._record_state(node, ctx)
         tree.end_node(node, NodeStatus.COMPLETED, output=output, record_output=True)
         return WorkflowResult(

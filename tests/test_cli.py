@@ -233,6 +233,38 @@ def test_plugins_all_shows_disabled_plugins_the_kernel_and_what_each_provides() 
     assert not re.search(r"^(redis|groundswell) ", plain, flags=re.M)
 
 
+MIDDLEWARE_PLUGIN = """
+from groundswell import AgentMiddleware, hookimpl
+
+@hookimpl
+def register_agent_middleware():
+    return [
+        AgentMiddleware("ratelimit", object),
+        AgentMiddleware("audit", object, 100, True),
+    ]
+"""
+
+
+def test_plugins_all_lists_agent_middleware_with_order_and_default(
+    tmp_path: Path, make_distribution: Callable[..., None]
+) -> None:
+    make_distribution("gs-limits", "1.0", {"limits": "gs_limits"}, {"gs_limits": MIDDLEWARE_PLUGIN})
+    env = {"PYTHONPATH": str(tmp_path / "site")}  # where make_distribution installs it
+    out = gs("plugins", "--all", env=env)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    limits = lines.index(next(ln for ln in lines if ln.startswith("limits ")))
+    # Outermost first: the order they wrap a prompt in.
+    assert lines[limits + 1] == "    agent middleware: audit (100, default), ratelimit (500)"
+    data = {d["name"]: d for d in json.loads(gs("plugins", "--all", "--json", env=env).stdout)}
+    assert data["limits"]["agent_middleware"] == [
+        {"name": "audit", "order": 100, "default": True},
+        {"name": "ratelimit", "order": 500, "default": False},
+    ]
+    assert data["limits"]["provides"] == {"register_agent_middleware": ["ratelimit", "audit"]}
+    assert data["lru"]["agent_middleware"] == []
+
+
 def test_examples_lists_all_ten_with_titles() -> None:
     out = gs("examples")
     assert out.returncode == 0, out.stderr

@@ -308,7 +308,7 @@ async def test_an_unknown_backend_names_the_installed_ones() -> None:
 
     with pytest.raises(ConfigurationError, match="no execution backend named 'nowhere'") as info:
         await nowhere.run()
-    assert "installed: dbos, local" in str(info.value)
+    assert "available: dbos, local" in str(info.value)
 
 
 def test_without_the_durable_extra_the_error_says_what_to_install(tmp_path: Any) -> None:

@@ -6,18 +6,26 @@ import logging
 import subprocess
 import sys
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
 import groundswell
 from groundswell import (
+    AgentMiddleware,
+    AgentOption,
     CacheBackend,
+    ConfigurationError,
     EventSink,
+    ExecutionBackend,
     PluginError,
     PluginManager,
     ReflectionStrategy,
+    TokenCounter,
     hookimpl,
 )
+from groundswell.execution import get_engine
+from groundswell.tokens import get_counter
 
 GOOD = """
 from groundswell import CacheBackend, ToolProvider, hookimpl
@@ -138,24 +146,69 @@ def test_misspelled_hook_is_caught_at_load(
     assert "typo" not in [n for n, _ in manager._pm.list_name_plugin()]
 
 
-def test_duplicate_record_names_are_rejected_naming_both_plugins(lenient: None) -> None:
-    class First:
-        @hookimpl
-        def register_cache_backends(self) -> CacheBackend:
-            return CacheBackend(name="shared", factory=dict)
+def backend_plugin(factory: Callable[[], Any], **marks: bool) -> object:
+    """A plugin registering the cache backend ``shared``, its hookimpl marked with ``marks``."""
 
-    class Second:
-        @hookimpl
+    class Plugin:
+        @hookimpl(**marks)
         def register_cache_backends(self) -> CacheBackend:
-            return CacheBackend(name="shared", factory=list)
+            return CacheBackend(name="shared", factory=factory)
+
+    return Plugin()
+
+
+def test_a_name_clash_goes_to_the_plugin_pluggy_calls_first_naming_both(lenient: None) -> None:
+    manager = PluginManager()
+    manager.register(backend_plugin(dict), name="first")
+    manager.register(backend_plugin(list), name="second")
+    # pluggy calls later-registered implementations first, so "second" keeps the name.
+    assert manager.cache_backends()["shared"].factory is list
+    assert manager.provides()["second"] == {"register_cache_backends": ["shared"]}
+    (error,) = manager.errors["first"]
+    assert "'shared' is already registered by plugin 'second'" in error
+    assert "the one from plugin 'first' is ignored" in error
+    assert "mark its hookimpl tryfirst=True to take the name" in error
+    assert "second" not in manager.errors
+
+
+def test_a_tryfirst_hookimpl_wins_a_name_clash_and_a_trylast_one_loses(lenient: None) -> None:
+    manager = PluginManager()
+    manager.register(backend_plugin(dict, tryfirst=True), name="eager")
+    manager.register(backend_plugin(list), name="plain")
+    manager.register(backend_plugin(set, trylast=True), name="late")
+    assert manager.cache_backends()["shared"].factory is dict
+    assert "already registered by plugin 'eager'" in manager.errors["plain"][0]
+    assert "already registered by plugin 'eager'" in manager.errors["late"][0]
+    assert "eager" not in manager.errors
+
+
+def test_a_plugin_cannot_take_a_kernel_record_name_by_accident(lenient: None) -> None:
+    class Rival:
+        @hookimpl
+        def register_token_counters(self) -> TokenCounter:
+            return TokenCounter(name="anthropic", factory=dict)
 
     manager = PluginManager()
-    manager.register(First(), name="first")
-    manager.register(Second(), name="second")
-    assert manager.cache_backends()["shared"].factory is dict
-    (error,) = manager.errors["second"]
-    assert "'shared' is already registered by plugin 'first'" in error
-    assert "'second'" in error
+    manager.register(Rival(), name="rival")
+    assert manager.lookup(TokenCounter, "anthropic").factory is not dict
+    (error,) = manager.errors["rival"]
+    assert "'anthropic' is already registered by plugin 'groundswell'" in error
+    assert "tryfirst=True" in error
+
+
+def test_a_tryfirst_plugin_replaces_a_kernel_record_without_an_error() -> None:
+    class Replacement:
+        @hookimpl(tryfirst=True)
+        def register_execution_backends(self) -> ExecutionBackend:
+            return ExecutionBackend(name="local", factory=dict, description="mine")
+
+    manager = PluginManager()  # strict: any reported clash would raise
+    manager.register(Replacement(), name="replacement")
+    manager.check()
+    assert manager.execution_backends()["local"].description == "mine"
+    assert manager.provides()["replacement"] == {"register_execution_backends": ["local"]}
+    assert "register_execution_backends" not in manager.provides()[groundswell.plugins.BUILTIN]
+    assert manager.errors == {}
 
 
 def test_duplicate_plugin_name_and_bad_hook_results_are_errors() -> None:
@@ -178,6 +231,153 @@ def test_records_validate_their_fields() -> None:
         EventSink(name="", factory=dict)
     with pytest.raises(TypeError, match="factory must be callable"):
         ReflectionStrategy(name="x", factory="nope")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"AgentMiddleware\.name must be a non-empty string"):
+        AgentMiddleware(" ", dict)
+    with pytest.raises(TypeError, match="AgentMiddleware 'm': factory must be callable"):
+        AgentMiddleware("m", None)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"order must be an int .*got True"):
+        AgentMiddleware("m", dict, True)
+    with pytest.raises(TypeError, match=r"order must be an int .*got '100'"):
+        AgentMiddleware("m", dict, "100")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="default must be True or False, got 1"):
+        AgentMiddleware("m", dict, 100, 1)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"must be a Python identifier .*got 'max-depth'"):
+        AgentOption("max-depth")
+    with pytest.raises(TypeError, match="must be a Python identifier"):
+        AgentOption("class")
+    with pytest.raises(TypeError, match="AgentOption 'depth': check must be callable or None"):
+        AgentOption("depth", check=3)  # type: ignore[arg-type]
+
+
+class RateLimit:
+    """Stands in for a `groundswell.Middleware` subclass (the listing never builds one)."""
+
+
+def _positive(value: Any, owner: str) -> int:
+    if not isinstance(value, int) or value < 1:
+        raise ConfigurationError(f"{owner}: max_depth must be a positive int, got {value!r}")
+    return value
+
+
+def test_hook_register_agent_middleware() -> None:
+    class Plugin:
+        @hookimpl
+        def register_agent_middleware(self) -> list[AgentMiddleware]:
+            return [
+                AgentMiddleware("ratelimit", RateLimit, description="paces model calls"),
+                AgentMiddleware("audit", RateLimit, 100, True),
+            ]
+
+    manager = PluginManager()
+    manager.register(Plugin(), name="limits")
+    middleware = manager.agent_middleware()
+    assert middleware["ratelimit"] == AgentMiddleware(
+        name="ratelimit",
+        factory=RateLimit,
+        order=500,
+        default=False,
+        description="paces model calls",
+    )
+    assert (middleware["audit"].order, middleware["audit"].default) == (100, True)
+    assert isinstance(middleware["audit"].factory(), RateLimit)
+    assert manager.provides()["limits"] == {"register_agent_middleware": ["ratelimit", "audit"]}
+
+
+def test_hook_register_agent_options() -> None:
+    class Plugin:
+        @hookimpl
+        def register_agent_options(self) -> tuple[AgentOption, ...]:
+            return (
+                AgentOption("max_depth", check=_positive, default=3, description="how deep"),
+                AgentOption("remember"),
+            )
+
+    manager = PluginManager()
+    manager.register(Plugin(), name="options")
+    options = manager.agent_options()
+    depth = options["max_depth"]
+    assert (depth.default, depth.description) == (3, "how deep")
+    assert depth.check is not None and depth.check(5, "Agent 'a'") == 5
+    with pytest.raises(ConfigurationError, match="Agent 'a': max_depth must be a positive int"):
+        depth.check(0, "Agent 'a'")
+    assert options["remember"] == AgentOption("remember", None, None, "")
+    assert manager.lookup("register_agent_options", "remember") == options["remember"]
+
+
+def test_check_calls_every_registration_hook(lenient: None) -> None:
+    def broken(self: object) -> None:
+        raise RuntimeError("broken on purpose")
+
+    hooks = [n for n in dir(groundswell.hookspecs) if n.startswith("register_")]
+    plugin = type("Broken", (), {name: hookimpl(broken) for name in hooks})
+    manager = PluginManager()
+    manager.register(plugin(), name="broken")
+    manager.check()
+    failed = {e.split(" raised ")[0] for e in manager.errors["broken"]}
+    assert failed == set(hooks) and len(hooks) == 10
+
+
+def test_every_unknown_name_gets_the_same_error_listing_what_is_available() -> None:
+    manager = PluginManager()
+    with pytest.raises(ConfigurationError) as info:
+        manager.lookup(ReflectionStrategy, "nope")
+    assert str(info.value) == "no reflection strategy named 'nope'; available: feedback"
+    with pytest.raises(
+        ConfigurationError,
+        match=r"^no agent middleware named 'x'; available: budget, cache, context, extraction, ",
+    ):
+        manager.lookup("register_agent_middleware", "x")
+    with pytest.raises(
+        ConfigurationError, match=r"^no toolset named 'math'; available: none installed$"
+    ):
+        manager.lookup(groundswell.ToolProvider, "math")
+    found: TokenCounter = manager.lookup(TokenCounter, "anthropic")
+    assert found.name == "anthropic"
+    with pytest.raises(TypeError, match="not a record type or registration hook name"):
+        manager.lookup("cache_backends", "lru")
+
+
+def test_get_engine_and_get_counter_use_the_same_error() -> None:
+    with pytest.raises(
+        ConfigurationError, match=r"^no execution backend named 'nowhere'; available: .*local"
+    ):
+        get_engine("nowhere")
+    with pytest.raises(
+        ConfigurationError,
+        match=r"^no token counter named 'tiktoken'; available: anthropic, estimate",
+    ):
+        get_counter("tiktoken")
+
+
+def test_an_unknown_name_of_a_bundled_plugin_says_how_to_get_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    bare = PluginManager()  # no entry points loaded: as if the plugin were not there
+    with pytest.raises(
+        ConfigurationError, match=r'bundled .dbos. plugin: pip install "groundswell\[durable\]"'
+    ):
+        bare.lookup(ExecutionBackend, "dbos")
+    monkeypatch.setenv("GROUNDSWELL_DISABLE_PLUGINS", "redis")
+    manager = PluginManager()
+    manager.load_entrypoints()
+    with pytest.raises(ConfigurationError) as info:
+        manager.lookup(CacheBackend, "redis")
+    assert str(info.value) == (
+        "no cache backend named 'redis'; available: lru; plugin 'redis' is installed but "
+        "not loaded (named in GROUNDSWELL_DISABLE_PLUGINS)"
+    )
+
+
+def test_an_unknown_name_reports_plugins_that_failed_to_load(
+    make_distribution: Callable[..., None], lenient: None
+) -> None:
+    make_distribution("gs-broken", "0.9", {"broken": "gs_broken"}, {"gs_broken": "1/0"})
+    manager = PluginManager()
+    manager.load_entrypoints()
+    with pytest.raises(ConfigurationError) as info:
+        manager.lookup(CacheBackend, "memo")
+    assert str(info.value).startswith("no cache backend named 'memo'; available: lru, redis; ")
+    assert "plugin 'broken' failed: import failed: ZeroDivisionError" in str(info.value)
 
 
 @pytest.mark.parametrize(

@@ -28,6 +28,8 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from groundswell import (
+    AgentMiddleware,
+    AgentOption,
     CliCommand,
     ConfigurationError,
     ContextProvider,
@@ -100,6 +102,36 @@ def register_event_sinks() -> Any:
         name="history",
         factory=_make_sink,
         description="records agent sessions (Agent(history=True) or GROUNDSWELL_HISTORY_URL)",
+    )
+
+
+def _check_history(value: Any, owner: str) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigurationError(f"{owner}: history must be True or False, got {value!r}")
+    return value
+
+
+@hookimpl
+def register_agent_options() -> AgentOption:
+    return AgentOption(
+        "history",
+        check=_check_history,
+        default=False,
+        description="record this agent's sessions in the session history (Agent(history=True))",
+    )
+
+
+def _mark_sessions() -> Any:
+    from .marker import MarkSessions  # the kernel's agent classes load only when agents run
+
+    return MarkSessions()
+
+
+@hookimpl
+def register_agent_middleware() -> AgentMiddleware:
+    # Below 200: the mark must be on the prompt node's payload when the node starts.
+    return AgentMiddleware(
+        "history", _mark_sessions, 150, True, "marks Agent(history=True) prompts for the sink"
     )
 
 

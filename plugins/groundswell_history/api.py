@@ -40,7 +40,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field
 
 from groundswell import ConfigurationError, NodeStatus, NodeType
-from groundswell.context import new_run_tree
+from groundswell.run_context import new_run_tree
 
 from .store import (
     SCHEMA_VERSION,
@@ -165,7 +165,7 @@ class QueryEvents:
                     self._end()
                 if self._run is None:
                     tree = new_run_tree()
-                    if tree._dispatch is None:  # no sinks: nobody would see it
+                    if not tree.observed:  # no sinks: nobody would see it
                         return
                     self._run = (tree, tree.start_node(NodeType.WORKFLOW, "history-api"))
                     self._started, self._count = now, 0

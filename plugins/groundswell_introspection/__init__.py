@@ -22,13 +22,14 @@ import asyncio
 import fnmatch
 import json
 from collections import Counter, OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
 from groundswell import (
+    AgentOption,
     ConfigurationError,
     EventNode,
     EventTree,
@@ -36,6 +37,7 @@ from groundswell import (
     NodeStatus,
     NodeType,
     Prompt,
+    PromptTemplate,
     Tool,
     ToolError,
     ToolProvider,
@@ -795,6 +797,53 @@ def toolset(limits: Limits | None = None) -> list[Tool]:
     if _default is None:  # building twelve tool schemas costs milliseconds: do it once
         _default = _build(Limits())
     return list(_default)
+
+
+def _check_spawnable(value: Any, owner: str) -> dict[str, Workflow[..., Any]]:
+    if not isinstance(value, Mapping):
+        raise ConfigurationError(
+            f"{owner}: spawnable must map template names to workflows, got {type(value).__name__}"
+        )
+    for key, wf in value.items():
+        if not isinstance(wf, Workflow):
+            raise ConfigurationError(
+                f"spawnable[{key!r}] must be a groundswell.Workflow, got {type(wf).__name__}"
+            )
+    return dict(value)
+
+
+def _check_templates(value: Any, owner: str) -> dict[str, PromptTemplate]:
+    if not isinstance(value, Mapping):
+        raise ConfigurationError(
+            f"{owner}: prompt_templates must map names to PromptTemplate, "
+            f"got {type(value).__name__}"
+        )
+    for key, template in value.items():
+        if not isinstance(template, PromptTemplate):
+            raise ConfigurationError(
+                f"prompt_templates[{key!r}] must be a groundswell.PromptTemplate, "
+                f"got {type(template).__name__}"
+            )
+    return dict(value)
+
+
+@hookimpl
+def register_agent_options() -> list[AgentOption]:
+    """``Agent(spawnable={...})`` and ``Agent(prompt_templates={...})``."""
+    return [
+        AgentOption(
+            "spawnable",
+            check=_check_spawnable,
+            default={},
+            description="workflows request_spawn_workflow may start for this agent, by name",
+        ),
+        AgentOption(
+            "prompt_templates",
+            check=_check_templates,
+            default={},
+            description="prompt templates generate_dynamic_prompt may fill in, by name",
+        ),
+    ]
 
 
 @hookimpl

@@ -1,0 +1,385 @@
+"""`Agent`: a model, instructions and tools on ``anthropic.AsyncAnthropic``, with typed results.
+
+Each ``agent.prompt()`` is a ``prompt`` node under whatever runs now (a new
+tree's root outside any run); each model round trip is a ``model_call`` child,
+each tool call a ``tool_call`` (or ``mcp_call``) child. The loop itself is in
+`groundswell.agent.loop`; everything around it is middleware.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from typing import Any, TypeVar, overload
+
+import anthropic
+from pydantic import BaseModel
+
+from .._serialize import register_secret
+from ..budget import TokenBudget, check_budget
+from ..cache import Cache, ToolCachePolicy
+from ..context_providers import check_context
+from ..errors import ConfigurationError
+from ..plugins import get_plugin_manager
+from ..prompt import NO_OVERRIDES, Prompt, PromptOverrides
+from ..reflection import ReflectionConfig, ReflectionEntry, resolve_config
+from ..run_context import Frame, current_frame, new_run_tree, reset_frame, set_frame
+from ..tools import register_mcp_secrets
+from ..tree import NodeStatus, NodeType
+from .loop import run_prompt
+from .middleware import Layer, default_layers, layers_for, merge, resolve
+from .run import PromptResult, PromptRun, StreamEvent
+
+__all__ = ["DEFAULT_MODEL", "Agent", "create_agent"]
+
+T = TypeVar("T")
+# claude-sonnet-4-5 reaches end-of-life on 2026-11-30 (the SDK warns); 4-6 is current.
+DEFAULT_MODEL = os.environ.get("GROUNDSWELL_MODEL", "claude-sonnet-4-6")
+# Prompt fields that, when set, win over the agent's.
+_PROMPT_FIELDS = ("system", "tools", "mcps", "skills", "hooks")
+
+
+class Agent:
+    """An LLM agent: a model, instructions, tools and hooks, with typed results.
+
+    Every Messages API request field is accepted by its API name (``model``,
+    ``system``, ``tools``, ``tool_choice``, ``max_tokens``, ``temperature``,
+    ``top_p``, ``top_k``, ``stop_sequences``, ``metadata``, ``thinking``,
+    ``betas``, ``container``, ``service_tier``, ``extra_headers``,
+    ``extra_body``), plus ``mcps``, ``skills``, ``hooks``, ``env`` and
+    ``max_turns``. ``token_budget`` (a `TokenBudget`) caps
+    the input of every model turn. ``cache`` (a backend name or a `Cache`)
+    or ``enable_cache=True`` (the default backend) caches whole answers;
+    ``tool_cache`` maps tool names to a `ToolCachePolicy`.
+    ``enable_reflection=True`` (or ``reflection=ReflectionConfig(...)``) feeds
+    a failed prompt's error back to the model and lets it answer again.
+    ``context`` lists context providers (by name, e.g. ``["history"]``, or
+    callables taking a `ContextRequest`) whose text is added to the system
+    prompt of every prompt. ``middleware`` adds agent middleware (registered
+    names or `Middleware` instances) to the default ones.
+    Options that plugins declare (``register_agent_options``) are accepted as
+    keywords too, e.g. ``history=True`` (session history) or ``spawnable=``
+    and ``prompt_templates=`` (introspection); they are in ``agent.options``.
+    ``client`` is an ``anthropic.AsyncAnthropic`` (one is made from
+    ``ANTHROPIC_API_KEY`` when omitted).
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str = "agent",
+        model: str | None = None,
+        system: str | Sequence[Mapping[str, Any]] | None = None,
+        tools: Sequence[Any] | None = None,
+        mcps: Sequence[Any] | None = None,
+        skills: Sequence[Any] | None = None,
+        hooks: Mapping[str, Any] | None = None,
+        env: Mapping[str, str] | None = None,
+        temperature: float | None = None,
+        max_tokens: int = 4096,
+        tool_choice: Mapping[str, Any] | None = None,
+        top_p: float | None = None,
+        top_k: int | None = None,
+        stop_sequences: Sequence[str] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        thinking: Mapping[str, Any] | None = None,
+        betas: Sequence[str] | None = None,
+        container: Any = None,
+        service_tier: str | None = None,
+        extra_headers: Mapping[str, str] | None = None,
+        extra_body: Mapping[str, Any] | None = None,
+        max_turns: int = 20,
+        token_budget: TokenBudget | None = None,
+        cache: str | Cache | None = None,
+        enable_cache: bool = False,
+        tool_cache: Mapping[str, ToolCachePolicy] | None = None,
+        enable_reflection: bool = False,
+        reflection: ReflectionConfig | None = None,
+        context: Sequence[Any] | None = None,
+        middleware: Sequence[Any] | None = None,
+        client: anthropic.AsyncAnthropic | None = None,
+        **options: Any,
+    ) -> None:
+        if not isinstance(name, str) or not name.strip():
+            raise ConfigurationError(f"Agent name must be a non-empty string, got {name!r}")
+        if not isinstance(max_tokens, int) or max_tokens < 1:
+            raise ConfigurationError(f"max_tokens must be a positive int, got {max_tokens!r}")
+        if not isinstance(max_turns, int) or max_turns < 1:
+            raise ConfigurationError(f"max_turns must be a positive int, got {max_turns!r}")
+        owner = f"agent {name!r}"
+        self.name = name
+        if cache is not None and not isinstance(cache, str | Cache):
+            raise ConfigurationError(
+                f"cache must be a backend name (e.g. 'lru', 'redis') or a groundswell.Cache, "
+                f"got {type(cache).__name__}"
+            )
+        policies = dict(tool_cache or {})
+        for tool_name, policy in policies.items():
+            if not isinstance(policy, ToolCachePolicy):
+                raise ConfigurationError(
+                    f"tool_cache[{tool_name!r}] must be a ToolCachePolicy, got {type(policy).__name__}"
+                )
+        if reflection is not None and not isinstance(reflection, ReflectionConfig):
+            raise ConfigurationError(
+                f"Agent reflection must be a ReflectionConfig, got {type(reflection).__name__}"
+            )
+        #: The settings every prompt starts from, by API name (and Groundswell's own).
+        self.config: dict[str, Any] = {
+            "model": model or DEFAULT_MODEL,
+            "system": system,
+            "tools": list(tools or []),
+            "tool_choice": tool_choice,
+            "max_tokens": max_tokens,
+            "temperature": temperature,
+            "top_p": top_p,
+            "top_k": top_k,
+            "stop_sequences": stop_sequences,
+            "metadata": metadata,
+            "thinking": thinking,
+            "betas": betas,
+            "container": container,
+            "service_tier": service_tier,
+            "extra_headers": extra_headers,
+            "extra_body": extra_body,
+            "mcps": list(mcps or []),
+            "skills": list(skills or []),
+            "hooks": dict(hooks or {}),
+            "env": dict(env or {}),
+            "max_turns": max_turns,
+            "token_budget": check_budget(token_budget, owner),
+            # True means "the default backend" (the workflow's, else GROUNDSWELL_CACHE, else lru).
+            "cache": cache if cache is not None else (True if enable_cache else None),
+            "tool_cache": policies,
+            # As given: a prompt-level enable_reflection=True uses these settings
+            # even when the agent itself does not reflect.
+            "reflection": reflection,
+            "context": check_context(context, owner),
+        }
+        if token_budget is not None and token_budget.input_limit(max_tokens) <= 0:
+            raise token_budget.no_room(max_tokens, owner)
+        for value in self.config["env"].values():
+            register_secret(str(value))
+        register_mcp_secrets(self.config["mcps"])
+        #: The agent's own reflection settings, or ``None`` when it does not reflect.
+        self.reflection: ReflectionConfig | None = resolve_config(
+            reflection if reflection is not None else enable_reflection, owner=owner
+        )
+        #: Reflections on this agent's prompts, oldest first (the last 1,000).
+        self.reflection_history: list[ReflectionEntry] = []
+        #: Options declared by plugins (``register_agent_options``), by name.
+        self.options: dict[str, Any] = _check_options(options, owner)
+        self._middleware: tuple[Layer, ...] = resolve(middleware, owner)
+        self._layers: tuple[int, tuple[Layer, ...], tuple[Layer, ...]] | None = None
+        self._client = client
+        if client is not None and isinstance(client.api_key, str):
+            register_secret(client.api_key)
+
+    def __getattr__(self, name: str) -> Any:
+        # Plugin-declared options read as attributes too (agent.spawnable, agent.history).
+        if name.startswith("_"):
+            raise AttributeError(name)
+        declared = get_plugin_manager().agent_options()
+        if name in declared:
+            return self.__dict__.get("options", {}).get(name, declared[name].default)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    @property
+    def tool_cache(self) -> dict[str, ToolCachePolicy]:
+        """Tool-result cache policies by tool name (``Agent(tool_cache=...)``)."""
+        policies: dict[str, ToolCachePolicy] = self.config["tool_cache"]
+        return policies
+
+    @property
+    def context(self) -> list[Any]:
+        """Context providers whose text joins the system prompt of each prompt."""
+        providers: list[Any] = self.config["context"]
+        return providers
+
+    @property
+    def client(self) -> anthropic.AsyncAnthropic:
+        """The SDK client; created from the environment on first use if none was given."""
+        if self._client is None:
+            try:
+                self._client = anthropic.AsyncAnthropic()
+            except anthropic.AnthropicError as exc:
+                raise ConfigurationError(
+                    f"agent {self.name!r} has no client: {exc}. Set ANTHROPIC_API_KEY, or pass "
+                    "client=... (offline: groundswell.testing.FakeAnthropicAPI().client())"
+                ) from exc
+            if isinstance(self._client.api_key, str):
+                register_secret(self._client.api_key)
+        return self._client
+
+    # -- public API -----------------------------------------------------------------
+
+    @overload
+    async def prompt(self, prompt: Prompt[T], overrides: PromptOverrides | None = None) -> T: ...
+    @overload
+    async def prompt(self, prompt: str, overrides: PromptOverrides | None = None) -> str: ...
+
+    async def prompt(
+        self, prompt: Prompt[Any] | str, overrides: PromptOverrides | None = None
+    ) -> Any:
+        """Run the prompt to completion and return its validated output.
+
+        Returns a ``response_format`` instance, or the text when there is none.
+        Raises `ModelAPIError`, `ResponseValidationError`,
+        `MaxTurnsExceeded`, `ConfigurationError`.
+        """
+        return (await self.run(prompt, overrides)).output
+
+    async def run(
+        self, prompt: Prompt[Any] | str, overrides: PromptOverrides | None = None
+    ) -> PromptResult[Any]:
+        """Like `prompt`, but returns a `PromptResult` with the tree and usage."""
+        return await self._execute(_as_prompt(prompt), overrides or NO_OVERRIDES, None)
+
+    async def stream(
+        self, prompt: Prompt[Any] | str, overrides: PromptOverrides | None = None
+    ) -> AsyncIterator[StreamEvent]:
+        """Run the prompt, yielding deltas and tool activity; the last event is ``result``."""
+        queue: asyncio.Queue[StreamEvent | BaseException | None] = asyncio.Queue()
+
+        async def produce() -> None:
+            try:
+                result = await self._execute(
+                    _as_prompt(prompt), overrides or NO_OVERRIDES, queue.put_nowait
+                )
+                queue.put_nowait(StreamEvent("result", result=result.output))
+            except BaseException as exc:
+                queue.put_nowait(exc)
+            finally:
+                queue.put_nowait(None)
+
+        task = asyncio.create_task(produce())
+        try:
+            while True:
+                item = await queue.get()
+                if item is None:
+                    break
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    async def reflect(self, prompt: Prompt[T] | str, overrides: PromptOverrides | None = None) -> T:
+        """Answer, then critique and revise that answer; returns the revised output.
+
+        Both passes are prompt nodes under one ``reflection`` node.
+        """
+        p = _as_prompt(prompt)
+        frame = current_frame()
+        tree = frame.tree if frame else new_run_tree()
+        node = tree.start_node(
+            NodeType.REFLECTION, f"{self.name}:reflect", frame.node if frame else None
+        )
+        token = set_frame(
+            Frame(tree, node, frame.workflow, frame.agent) if frame else Frame(tree, node)
+        )
+        try:
+            first = await self.prompt(p, overrides)
+            answer = first.model_dump_json() if isinstance(first, BaseModel) else str(first)
+            revision = p.with_(
+                user=(
+                    f"{p.user}\n\nA previous answer to this request was:\n<answer>\n{answer}\n</answer>\n\n"
+                    "Critique that answer against the request: look for mistakes, omissions and "
+                    "unclear parts. Then reply with a complete, corrected answer in the same format."
+                )
+            )
+            revised = await self.prompt(revision, overrides)
+        except BaseException as exc:
+            tree.end_node_after(node, exc)
+            raise
+        finally:
+            reset_frame(token)
+        tree.end_node(node, NodeStatus.COMPLETED, output=revised, record_output=True)
+        return revised  # type: ignore[no-any-return]
+
+    # -- the pipeline -----------------------------------------------------------------
+
+    def settings_for(self, prompt: Prompt[Any], overrides: PromptOverrides) -> dict[str, Any]:
+        """The merged settings of one call: ``PromptOverrides`` > ``Prompt`` > ``Agent``."""
+        settings = dict(self.config)
+        for name in _PROMPT_FIELDS:
+            value = getattr(prompt, name)
+            if value is not None:
+                settings[name] = value
+        if overrides is not NO_OVERRIDES:
+            given = overrides.set_fields()
+            given.pop("middleware", None)
+            settings.update(given)
+            for value in (given.get("env") or {}).values():
+                register_secret(str(value))
+            register_mcp_secrets(given.get("mcps") or [])
+        return settings
+
+    def _candidates(self, overrides: PromptOverrides) -> tuple[Layer, ...]:
+        defaults = default_layers()
+        known = self._layers
+        if known is None or known[1] is not defaults:
+            known = self._layers = (0, defaults, merge(self._middleware, defaults))
+        if overrides is NO_OVERRIDES or overrides.middleware is None:
+            return known[2]
+        extra = resolve(overrides.middleware, "PromptOverrides")
+        return merge(extra, known[2])
+
+    async def _execute(
+        self,
+        prompt: Prompt[Any],
+        overrides: PromptOverrides,
+        emit: Callable[[StreamEvent], None] | None,
+    ) -> PromptResult[Any]:
+        settings = self.settings_for(prompt, overrides)
+        client = self.client
+        outer = current_frame()
+        run = PromptRun(
+            agent=self,
+            prompt=prompt,
+            overrides=overrides,
+            settings=settings,
+            tree=outer.tree if outer else new_run_tree(),
+            client=client,
+            workflow=outer.workflow if outer else None,
+            emit=emit,
+        )
+        return await run_prompt(run, layers_for(run, self._candidates(overrides)))
+
+    def __repr__(self) -> str:
+        return f"Agent({self.name!r}, model={self.config['model']!r})"
+
+
+def _check_options(given: Mapping[str, Any], owner: str) -> dict[str, Any]:
+    """Plugin-declared options, each checked by the plugin that declared it."""
+    if not given:
+        return {}
+    declared = get_plugin_manager().agent_options()
+    checked: dict[str, Any] = {}
+    for name, value in given.items():
+        record = declared.get(name)
+        if record is None:
+            raise ConfigurationError(
+                f"{owner}: Agent() got an unknown option {name!r}; options plugins declare: "
+                f"{', '.join(sorted(declared)) or 'none'} (is the plugin that provides it "
+                "installed and loaded?)"
+            )
+        checked[name] = record.check(value, owner) if record.check is not None else value
+    return checked
+
+
+def _as_prompt(prompt: Prompt[Any] | str) -> Prompt[Any]:
+    if isinstance(prompt, Prompt):
+        return prompt
+    if isinstance(prompt, str):
+        return Prompt(user=prompt)
+    raise ConfigurationError(f"expected a Prompt or a string, got {type(prompt).__name__}")
+
+
+def create_agent(**settings: Any) -> Agent:
+    """Build an `Agent` at run time (inside a tool or step it mounts where it runs)."""
+    return Agent(**settings)

@@ -1,0 +1,398 @@
+"""The agent loop: a prompt becomes model turns and tool calls, through the middleware seams.
+
+Three named steps over one `PromptRun`: `attempt` starts the prompt node and
+the conversation, `turns` sends model turns until the model answers, and
+`tool_call` runs one tool the model asked for. Every feature reaches them only
+through the layers of `groundswell.agent.middleware`; nothing here knows of
+caches, reflection, budgets or hooks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from .._serialize import jsonable
+from ..errors import (
+    ConfigurationError,
+    GroundswellError,
+    MaxTurnsExceeded,
+    PluginError,
+    ResponseValidationError,
+    ToolError,
+)
+from ..model import api_error, call_model, is_retryable_stream_error, parse_output
+from ..run_context import Frame, current_frame, reset_frame, set_frame
+from ..tools import ToolContext, ToolFailed, tool_error_text, tool_result_content
+from ..tree import NodeStatus, NodeType
+from .middleware import Layer, Layers
+from .run import PromptResult, PromptRun, StreamEvent, ToolCall
+
+__all__ = ["MID_STREAM_RETRIES", "is_final", "run_prompt"]
+
+MID_STREAM_RETRIES = 2
+_PREVIEW = 2_000
+
+
+async def run_prompt(run: PromptRun, layers: Layers) -> PromptResult[Any]:
+    """Run ``run`` through its layers: outer ``wrap_prompt`` layers, then each attempt."""
+
+    async def attempt() -> PromptResult[Any]:
+        return await _attempt(run, layers)
+
+    return await _prompt_layers(layers.outer_prompt, 0, run, attempt)
+
+
+async def _prompt_layers(
+    chain: tuple[Layer, ...], i: int, run: PromptRun, core: Any
+) -> PromptResult[Any]:
+    if i == len(chain):
+        result: PromptResult[Any] = await core()
+        return result
+    layer = chain[i]
+    passed: list[BaseException] = []
+
+    async def call_next() -> PromptResult[Any]:
+        try:
+            return await _prompt_layers(chain, i + 1, run, core)
+        except BaseException as exc:
+            passed.append(exc)
+            raise
+
+    try:
+        return await layer.middleware.wrap_prompt(run, call_next)
+    except Exception as exc:
+        raise _blame(layer, exc, passed) from None
+
+
+def _blame(layer: Layer, exc: Exception, passed: list[BaseException]) -> Exception:
+    """``exc`` as the prompt's error: a middleware's own unexpected failure names it."""
+    if any(exc is seen for seen in passed) or isinstance(exc, GroundswellError):
+        return exc
+    error = PluginError(
+        f"agent middleware {layer.name!r} failed: {type(exc).__name__}: {exc}", plugin=layer.name
+    )
+    error.__cause__ = exc
+    return error
+
+
+async def _attempt(run: PromptRun, layers: Layers) -> PromptResult[Any]:
+    """One attempt of the prompt: its ``prompt`` node, conversation and inner layers."""
+    agent, prompt, tree = run.agent, run.prompt, run.tree
+    settings = run.base_settings
+    fmt = prompt.response_format
+    payload: dict[str, Any] = {
+        "agent": agent.name,
+        "model": settings["model"],
+        "user": prompt.user,
+        "response_format": fmt.__name__ if fmt is not None else None,
+    }
+    if prompt.data is not None:
+        payload["data"] = prompt.data
+    payload.update(run.payload)
+    outer = current_frame()
+    node = tree.start_node(
+        NodeType.PROMPT, agent.name, outer.node if outer else None, payload=payload
+    )
+    if run.attempt is not None:
+        node.metrics["attempt"] = run.attempt
+    run.begin_attempt(node)
+    usage = run.usage
+    token = set_frame(Frame(tree, node, run.workflow, agent=agent))
+    try:
+        user = prompt.render()
+        if run.retry_note:
+            user = f"{user}\n\n{run.retry_note}"
+        run.messages.extend([{"role": "user", "content": user}, *run.retry_messages])
+        for item in settings.get("tools") or ():
+            run.tools.add(item)
+
+        async def turns() -> PromptResult[Any]:
+            return await _turns(run, layers)
+
+        result = await _prompt_layers(layers.inner_prompt, 0, run, turns)
+        await run.run_deferred()
+    except BaseException as exc:
+        node.metrics["usage"] = usage
+        _record_system(run)
+        tree.end_node_after(node, exc)
+        raise
+    finally:
+        reset_frame(token)
+    node.metrics["usage"] = usage
+    node.metrics["turns"] = result.turns
+    _record_system(run)
+    tree.end_node(node, NodeStatus.COMPLETED, output=result.output, record_output=True)
+    result.tree, result.node, result.usage = tree, node, usage
+    return result
+
+
+def _record_system(run: PromptRun) -> None:
+    if run.system:
+        run.node.payload["system"] = jsonable(run.system)
+
+
+def is_final(message: Any) -> bool:
+    """True when ``message`` ends the prompt (no tool call to run, no paused turn)."""
+    if message.stop_reason == "pause_turn":
+        return False
+    return not (
+        message.stop_reason == "tool_use" and any(b.type == "tool_use" for b in message.content)
+    )
+
+
+async def _turns(run: PromptRun, layers: Layers) -> PromptResult[Any]:
+    """Model turns until the model answers; its answer parsed and validated."""
+    tree, node, messages = run.tree, run.node, run.messages
+    max_turns = run.settings["max_turns"]
+    why = "check the tools it keeps calling"
+    for turn in range(1, max_turns + 1):
+        request = run.request()
+        for layer in layers.before_model:
+            try:
+                request = await layer.middleware.before_model(run, request)
+            except Exception as exc:
+                raise _blame(layer, exc, []) from None
+        message = await _model_layers(layers.model, 0, run, request)
+        content = [_block(b) for b in message.content]
+        if content:  # the API rejects an empty assistant turn; consecutive user turns merge
+            messages.append({"role": "assistant", "content": content})
+        calls = [b for b in content if b.get("type") == "tool_use"]
+        if message.stop_reason == "tool_use" and calls:
+            results = await asyncio.gather(*(tool_call(run, layers, c) for c in calls))
+            messages.append({"role": "user", "content": list(results)})
+            continue
+        if message.stop_reason == "pause_turn":
+            continue  # a server tool paused a long turn: send it back to go on
+        pending = run.pop_continuation()
+        if pending is not None:
+            text, why = pending
+            messages.append({"role": "user", "content": text})
+            continue
+        if message.stop_reason == "max_tokens":
+            tree.add_event(node, "truncated", max_tokens=run.settings["max_tokens"])
+        text = "".join(b.get("text", "") for b in content if b.get("type") == "text")
+        try:
+            output = parse_output(text, run.prompt.response_format)
+        except ResponseValidationError as exc:
+            if message.stop_reason == "max_tokens":
+                exc.args = (
+                    f"the reply was cut off at max_tokens={run.settings['max_tokens']}; {exc}",
+                )
+            raise
+        return PromptResult(output=output, tree=tree, node=node, messages=messages, turns=turn)
+    raise MaxTurnsExceeded(
+        f"agent {run.agent.name!r} did not finish within max_turns={max_turns} model turns; "
+        f"raise max_turns or {why}"
+    )
+
+
+async def _model_layers(chain: tuple[Layer, ...], i: int, run: PromptRun, request: Any) -> Any:
+    if i == len(chain):
+        return await model_turn(run, request)
+    layer = chain[i]
+    passed: list[BaseException] = []
+
+    async def call_next(changed: dict[str, Any]) -> Any:
+        try:
+            return await _model_layers(chain, i + 1, run, changed)
+        except BaseException as exc:
+            passed.append(exc)
+            raise
+
+    try:
+        return await layer.middleware.wrap_model_call(run, request, call_next)
+    except Exception as exc:
+        raise _blame(layer, exc, passed) from None
+
+
+async def model_turn(run: PromptRun, params: dict[str, Any]) -> Any:
+    """One model round trip as a ``model_call`` node (mid-stream breaks are retried)."""
+    tree, parent, usage = run.tree, run.node, run.usage
+    streaming = run.streaming
+    request: dict[str, Any] = {
+        "model": params["model"],
+        "max_tokens": params["max_tokens"],
+        "messages": len(params["messages"]),
+        "tools": [t.get("name") for t in params.get("tools", [])],
+        "stream": streaming,
+    }
+    sampling = params.get("extra_body") or {}
+    for name in ("temperature", "top_p", "top_k"):
+        if isinstance(sampling.get(name), int | float):
+            request[name] = sampling[name]
+    if params.get("stop_sequences"):
+        request["stop_sequences"] = jsonable(list(params["stop_sequences"]))
+    attempt = 0
+    while True:
+        attempt += 1
+        node = tree.start_node(
+            NodeType.MODEL_CALL,
+            str(params["model"]),
+            parent,
+            # Model and tool names, counts and flags only: nothing to scrub.
+            payload={"request": request},
+            trusted=True,
+        )
+        deltas = {"text": 0, "tool_input": 0}
+
+        def on_delta(kind: str, delta: str, deltas: dict[str, int] = deltas) -> None:
+            deltas[kind] += 1
+            run.emit(
+                StreamEvent("text", text=delta)
+                if kind == "text"
+                else StreamEvent("tool_input", tool_input=delta)
+            )
+
+        try:
+            message = await call_model(run.client, params, on_delta if streaming else None)
+        except asyncio.CancelledError:
+            tree.end_node(node, NodeStatus.CANCELLED)
+            raise
+        except TypeError as exc:
+            if "authentication" not in str(exc):
+                raise
+            # The SDK only notices a missing key when the request is built.
+            missing = ConfigurationError(
+                f"agent {run.agent.name!r} has no API key: set ANTHROPIC_API_KEY, or pass "
+                "client=... (offline: groundswell.testing.FakeAnthropicAPI().client())"
+            )
+            tree.end_node(node, NodeStatus.FAILED, error=missing)
+            raise missing from exc
+        except Exception as exc:  # SDK, transport or anything else: a typed error, a closed node
+            error = api_error(exc, str(params["model"]))
+            tree.end_node(node, NodeStatus.FAILED, error=error)
+            if is_retryable_stream_error(exc) and attempt <= MID_STREAM_RETRIES:
+                tree.add_event(parent, "stream_retry", attempt=attempt, error=str(error))
+                # Deltas already sent for this turn are void; say so before resending.
+                run.emit(StreamEvent("retry", text=str(error)))
+                continue
+            raise error from exc
+        turn_usage = _usage(message.usage)
+        for key, value in turn_usage.items():
+            usage[key] = usage.get(key, 0) + value
+        node.metrics["usage"] = turn_usage
+        node.metrics["attempt"] = attempt
+        text = "".join(getattr(b, "text", "") for b in message.content if b.type == "text")
+        node.payload["response"] = jsonable(
+            {
+                "id": message.id,
+                "model": message.model,
+                "stop_reason": message.stop_reason,
+                "text": text[:_PREVIEW],
+                "tool_calls": [b.name for b in message.content if b.type == "tool_use"],
+            }
+        )
+        if streaming:
+            node.payload["stream"] = {
+                "text_deltas": deltas["text"],
+                "tool_input_deltas": deltas["tool_input"],
+            }
+        tree.end_node(node, NodeStatus.COMPLETED)
+        return message
+
+
+async def tool_call(run: PromptRun, layers: Layers, block: dict[str, Any]) -> dict[str, Any]:
+    """Run one tool call as a ``tool_call`` (or ``mcp_call``) node; returns its ``tool_result``."""
+    tree = run.tree
+    name, call_id, tool_input = block["name"], block["id"], dict(block.get("input") or {})
+    handler = run.tools.get(name)
+    kind = handler.node_type if handler is not None else NodeType.TOOL_CALL
+    payload: dict[str, Any] = {"tool_use_id": call_id, "input": tool_input}
+    toolset = getattr(handler, "toolset", None)
+    if toolset is not None:
+        payload["toolset"] = toolset
+    node = tree.start_node(kind, name, run.node, payload=payload)
+    token = set_frame(Frame(tree, node, run.workflow, agent=run.agent))
+    run.emit(StreamEvent("tool_call", tool_call={"id": call_id, "name": name, "input": tool_input}))
+    call = ToolCall(name=name, input=tool_input, id=call_id, node=node, tool=handler)
+    error: BaseException | None = None
+    try:
+        content: Any = tool_result_content(await _tool_layers(layers.tool, 0, run, call))
+    except asyncio.CancelledError:
+        tree.end_node(node, NodeStatus.CANCELLED)
+        raise
+    except Exception as exc:  # the tool, or a middleware around it: the model sees it
+        content = tool_error_text(exc)
+        error = ToolError(content) if isinstance(exc, ToolFailed) else exc
+    finally:
+        reset_frame(token)
+    is_error = error is not None
+    node.payload["is_error"] = is_error
+    tree.end_node(
+        node,
+        NodeStatus.FAILED if is_error else NodeStatus.COMPLETED,
+        error=error,
+        output=content,
+        record_output=True,
+    )
+    result = {"type": "tool_result", "tool_use_id": call_id, "content": content}
+    if is_error:
+        result["is_error"] = True
+    run.emit(
+        StreamEvent(
+            "tool_result",
+            tool_result={
+                "tool_use_id": call_id,
+                "name": name,
+                "content": content,
+                "is_error": is_error,
+            },
+        )
+    )
+    return result
+
+
+async def _tool_layers(chain: tuple[Layer, ...], i: int, run: PromptRun, call: ToolCall) -> Any:
+    if i == len(chain):
+        return await _run_tool(run, call)
+    layer = chain[i]
+
+    async def call_next(changed: ToolCall) -> Any:
+        return await _tool_layers(chain, i + 1, run, changed)
+
+    return await layer.middleware.wrap_tool_call(run, call, call_next)
+
+
+async def _run_tool(run: PromptRun, call: ToolCall) -> Any:
+    handler = call.tool if call.tool is not None else run.tools.get(call.name)
+    if handler is None:
+        raise ToolError(
+            f"no local handler for tool {call.name!r} (available: {sorted(run.tools.handlers)})"
+        )
+    context = ToolContext(
+        agent=run.agent.name,
+        tool_use_id=call.id,
+        env=run.settings.get("env") or {},
+        node_id=call.node.id,
+    )
+    return await handler.invoke(call.input, context)
+
+
+def _block(block: Any) -> dict[str, Any]:
+    """An SDK content block as the dict sent back in the next request."""
+    # Plain attribute reads for the common blocks: model_dump costs more than the rest
+    # of a turn's bookkeeping put together.
+    kind = block.type
+    if kind == "text" and not getattr(block, "citations", None):
+        return {"type": "text", "text": block.text}
+    if kind == "tool_use":
+        return {"type": "tool_use", "id": block.id, "name": block.name, "input": block.input}
+    dumped: dict[str, Any] = block.model_dump(mode="json", exclude_none=True)
+    return dumped
+
+
+_USAGE_FIELDS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_creation_input_tokens",
+    "cache_read_input_tokens",
+)
+
+
+def _usage(usage: Any) -> dict[str, int]:
+    return {
+        name: value
+        for name in _USAGE_FIELDS
+        if isinstance(value := getattr(usage, name, None), int)
+    }

@@ -1,0 +1,64 @@
+"""The kernel's default agent middleware, registered through the same hook as any plugin's.
+
+Each feature around the agent loop is one small `groundswell.Middleware` in a
+module of its own here. The kernel registers them as its default plugin (the
+way datasette ships its own features as default plugins), so a plugin can
+list, reorder around or replace any of them by name. Factories import their
+module only when a prompt first needs the middleware.
+
+Orders (lower runs outside higher; the prompt node starts at 200):
+
+==========  =====  ====================================================
+name        order  what it does
+==========  =====  ====================================================
+reflection  100    retries a failed prompt with the error fed back
+hooks       210    Claude Agent SDK hooks (tool, prompt, stop, subagent)
+extraction  220    ``Extract`` rules on the answer, into ``ctx.state``
+skills      230    local skills in the system prompt, API skills sent
+context     240    context providers' text in the system prompt
+mcp         250    local MCP servers as tools, remote ones sent
+budget      260    token budgets before every model turn
+cache       300    the answer cache (a hit skips the model)
+tool_cache  310    per-tool result caching
+==========  =====  ====================================================
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+from ..hookspecs import AgentMiddleware, hookimpl
+
+__all__ = ["DEFAULT_MIDDLEWARE", "register_agent_middleware"]
+
+#: (name, order, module, class, description) of each default middleware.
+DEFAULT_MIDDLEWARE: tuple[tuple[str, int, str, str, str], ...] = (
+    ("reflection", 100, "reflection", "Reflection", "retry a failed prompt with feedback"),
+    ("hooks", 210, "claude_hooks", "ClaudeHooks", "Claude Agent SDK hooks"),
+    ("extraction", 220, "extraction", "Extraction", "Extract rules on the answer"),
+    ("skills", 230, "skills", "Skills", "local and API skills"),
+    ("context", 240, "context", "ContextProviders", "context providers' text"),
+    ("mcp", 250, "mcp", "MCPServers", "MCP servers as tools"),
+    ("budget", 260, "budget", "Budget", "token budgets"),
+    ("cache", 300, "cache", "AnswerCache", "the answer cache"),
+    ("tool_cache", 310, "cache", "ToolResultCache", "tool-result caching"),
+)
+
+
+def _lazy(module: str, cls: str) -> Callable[[], Any]:
+    def make() -> Any:
+        return getattr(importlib.import_module(f"{__name__}.{module}"), cls)()
+
+    make.__qualname__ = f"{cls}.factory"
+    return make
+
+
+@hookimpl
+def register_agent_middleware() -> list[AgentMiddleware]:
+    """The kernel's default middleware (every agent gets them; each checks if it applies)."""
+    return [
+        AgentMiddleware(name, _lazy(module, cls), order, True, description)
+        for name, order, module, cls, description in DEFAULT_MIDDLEWARE
+    ]

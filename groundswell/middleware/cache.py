@@ -1,0 +1,130 @@
+"""The answer cache (``cache=`` / ``enable_cache=True``) and tool-result caching (``tool_cache=``).
+
+Both pick their backend the same way (`groundswell.cache.choose_cache`): the
+agent's or call's ``cache``, else the enclosing workflow's, else the process
+default. A cache hit answers the prompt without a model call; an answer is
+stored only once its attempt succeeded as a whole (so an answer extraction
+refuses is never cached), and an answer that reflection corrected is stored
+under the first attempt's key as well, so the same call never fails first again.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+
+from ..agent import Middleware, PromptNext, PromptResult, PromptRun, ToolCall, ToolNext
+from ..cache import (
+    Cache,
+    ToolCachePolicy,
+    cached_tool_call,
+    choose_cache,
+    request_cache_key,
+    store_entry,
+    through_cache,
+)
+
+__all__ = ["AnswerCache", "ToolResultCache"]
+
+_FIRST = "cache.first_key"
+_POLICIES = "tool_cache.policies"
+
+
+def _backend(run: PromptRun) -> Cache:
+    workflow = run.workflow
+    return choose_cache(run.settings.get("cache"), workflow.cache if workflow else None)
+
+
+class AnswerCache(Middleware):
+    """Answer a prompt from the cache when the same request was answered before."""
+
+    name = "cache"
+    order = 300
+
+    def active(self, run: PromptRun) -> bool:
+        settings = run.settings
+        return settings.get("cache") not in (None, False) and not settings.get("disable_cache")
+
+    async def wrap_prompt(self, run: PromptRun, call_next: PromptNext) -> PromptResult[Any]:
+        cache = _backend(run)
+        key = request_cache_key(run.agent.name, run.request())
+        first = run.scratch.setdefault(_FIRST, (cache, key))
+        fmt = run.prompt.response_format
+        produced: list[PromptResult[Any]] = []
+
+        async def produce() -> Any:
+            produced.append(await call_next())
+            return produced[0].output
+
+        output, hit = await through_cache(
+            cache,
+            key,
+            produce,
+            encode=_encode,
+            decode=lambda value: fmt.model_validate(value) if fmt is not None else str(value),
+            tree=run.tree,
+            node=run.node,
+            defer=run.defer,
+        )
+        if first != (cache, key):
+            tree, node, encoded = run.tree, run.node, _encode(output)
+
+            async def remember() -> None:
+                await store_entry(first[0], first[1], encoded, tree, node)
+
+            run.defer(remember)
+        if hit:
+            return PromptResult(output=output, tree=run.tree, node=run.node, messages=run.messages)
+        return produced[0]
+
+
+def _encode(output: Any) -> Any:
+    """A prompt's output as cached: validated models as JSON-ready dicts."""
+    return output.model_dump(mode="json") if isinstance(output, BaseModel) else output
+
+
+class ToolResultCache(Middleware):
+    """Cache the results of tools that have a `ToolCachePolicy`."""
+
+    name = "tool_cache"
+    order = 310
+
+    def active(self, run: PromptRun) -> bool:
+        if run.settings.get("tool_cache"):
+            return True
+        # Toolsets (names) may hold tools with a policy; plain tools say so themselves.
+        return any(
+            isinstance(item, str) or getattr(item, "cache", None) is not None
+            for item in run.settings.get("tools") or ()
+        )
+
+    async def wrap_prompt(self, run: PromptRun, call_next: PromptNext) -> PromptResult[Any]:
+        own: dict[str, ToolCachePolicy] = run.settings.get("tool_cache") or {}
+        policies: dict[str, ToolCachePolicy] = {}
+        for name, handler in run.tools.handlers.items():
+            policy = own.get(name) or getattr(handler, "cache", None)
+            if isinstance(policy, ToolCachePolicy) and policy.enabled:
+                policies[name] = policy
+        if policies:
+            # Resolved now: a missing backend is the caller's configuration error,
+            # not something to tell the model in a tool result.
+            run.scratch[_POLICIES] = (policies, _backend(run))
+        else:
+            run.scratch[_POLICIES] = None
+        return await call_next()
+
+    async def wrap_tool_call(self, run: PromptRun, call: ToolCall, call_next: ToolNext) -> Any:
+        chosen: tuple[dict[str, ToolCachePolicy], Cache] | None = run.scratch.get(_POLICIES)
+        if chosen is None or call.name not in chosen[0]:
+            return await call_next(call)
+        policies, cache = chosen
+        return await cached_tool_call(
+            policies[call.name],
+            call.name,
+            call.input,
+            lambda: call_next(call),
+            cache,
+            run.tree,
+            call.node,
+        )
