@@ -59,7 +59,7 @@ from .run_context import (
     record_event,
 )
 from .tokens import estimate_tokens
-from .tools import Skill, Tool, ToolContext
+from .tools import Skill, Tool, ToolContext, ToolFailed
 from .tree import EventNode, EventTree, NodeStatus, NodeType
 from .workflow import Workflow, WorkflowContext, WorkflowResult, create_workflow, workflow
 
@@ -160,6 +160,7 @@ __all__ = [
     "ToolCall",
     "ToolContext",
     "ToolError",
+    "ToolFailed",
     "ToolProvider",
     "Workflow",
     "WorkflowCall",

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from ._canonical import canonical_json
 from .errors import ConfigurationError
+from .hookspecs import CacheBackend
 from .plugins import get_plugin_manager
 
 if TYPE_CHECKING:
@@ -147,13 +148,7 @@ def get_cache(name: str | None = None) -> Cache:
         return cache
     with _instances_lock:
         if chosen not in _instances:
-            backends = get_plugin_manager().cache_backends()
-            record = backends.get(chosen)
-            if record is None:
-                raise ConfigurationError(
-                    f"no cache backend named {chosen!r}; available: {sorted(backends) or 'none'} "
-                    "(install one, e.g. pip install \"groundswell[redis]\" for 'redis')"
-                )
+            record = get_plugin_manager().lookup(CacheBackend, chosen)
             instance = record.factory()
             if not isinstance(instance, Cache):
                 raise ConfigurationError(

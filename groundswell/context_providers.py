@@ -26,6 +26,7 @@ from typing import Any
 
 from ._serialize import redact
 from .errors import ConfigurationError
+from .hookspecs import ContextProvider
 from .plugins import get_plugin_manager
 from .tree import EventNode, EventTree
 
@@ -82,16 +83,8 @@ def check_context(items: Sequence[Any] | None, owner: str) -> list[Any]:
     return list(items)
 
 
-def _record(name: str) -> Any:
-    providers = get_plugin_manager().context_providers()
-    record = providers.get(name)
-    if record is None:
-        hint = " (the history provider needs: pip install 'groundswell[history]')"
-        raise ConfigurationError(
-            f"no context provider named {name!r}; available: "
-            f"{sorted(providers) or 'none installed'}{hint if name == 'history' else ''}"
-        )
-    return record
+def _record(name: str) -> ContextProvider:
+    return get_plugin_manager().lookup(ContextProvider, name)
 
 
 def _resolve(item: Any) -> tuple[str, Callable[[ContextRequest], Any]]:

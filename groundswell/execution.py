@@ -106,10 +106,11 @@ class LocalEngine:
     async def run_workflow(self, call: WorkflowCall) -> WorkflowResult[Any]:
         return await call.run_here()
 
-    async def run_step(
+    def run_step(
         self, ctx: WorkflowContext, node: EventNode, call: Callable[[], Awaitable[Any]]
-    ) -> Any:
-        return await call()
+    ) -> Awaitable[Any]:
+        # The body's own awaitable, handed straight back: a step pays no extra frame.
+        return call()
 
     async def spawn(
         self, ctx: WorkflowContext, node: EventNode, call: WorkflowCall, queue: str

@@ -19,10 +19,10 @@ import importlib.metadata as md
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import Any, TypeVar, overload
+from typing import Any, overload
 
 import pluggy
 
@@ -42,6 +42,7 @@ from .hookspecs import (
     ToolProvider,
     hookimpl,
 )
+from .plugin_records import HOOK_OF_RECORD, HOOK_RECORDS, KIND_NOUNS, RecordT, as_records
 
 __all__ = ["PluginInfo", "PluginManager", "flush_sinks", "get_plugin_manager"]
 
@@ -58,47 +59,8 @@ KERNEL_PLUGINS = (
     "groundswell.middleware",
 )
 BUILTIN = "groundswell"
-_HOOK_RECORDS: dict[str, type[Any]] = {
-    "register_cache_backends": CacheBackend,
-    "register_reflection_strategies": ReflectionStrategy,
-    "register_event_sinks": EventSink,
-    "register_tool_providers": ToolProvider,
-    "register_context_providers": ContextProvider,
-    "register_cli_commands": CliCommand,
-    "register_token_counters": TokenCounter,
-    "register_execution_backends": ExecutionBackend,
-    "register_agent_middleware": AgentMiddleware,
-    "register_agent_options": AgentOption,
-}
-_HOOK_OF_RECORD = {record: hook for hook, record in _HOOK_RECORDS.items()}
-# What `lookup`'s error calls one record of each kind.
-_KIND_NOUNS = {
-    "register_cache_backends": "cache backend",
-    "register_reflection_strategies": "reflection strategy",
-    "register_event_sinks": "event sink",
-    "register_tool_providers": "toolset",
-    "register_context_providers": "context provider",
-    "register_cli_commands": "command",
-    "register_token_counters": "token counter",
-    "register_execution_backends": "execution backend",
-    "register_agent_middleware": "agent middleware",
-    "register_agent_options": "agent option",
-}
 # Bundled plugins whose dependencies sit behind an extra: plugin (and record) name -> extra.
 _EXTRAS = {"redis": "redis", "dbos": "durable", "history": "history"}
-R = TypeVar(
-    "R",
-    AgentMiddleware,
-    AgentOption,
-    CacheBackend,
-    ReflectionStrategy,
-    EventSink,
-    ToolProvider,
-    TokenCounter,
-    ContextProvider,
-    CliCommand,
-    ExecutionBackend,
-)
 
 
 def _env_list(name: str) -> set[str] | None:
@@ -161,7 +123,7 @@ class PluginManager:
             *(
                 hook
                 for module in KERNEL_PLUGINS
-                for hook_name in _HOOK_RECORDS
+                for hook_name in HOOK_RECORDS
                 if (hook := getattr(importlib.import_module(module), hook_name, None)) is not None
             )
         )
@@ -281,7 +243,7 @@ class PluginManager:
 
     def owner(self, hook_name: str, record_name: str) -> str | None:
         """The plugin that registered ``record_name`` through ``hook_name``, if any."""
-        return self._collect_owned(hook_name, _HOOK_RECORDS[hook_name])[1].get(record_name)
+        return self._collect_owned(hook_name, HOOK_RECORDS[hook_name])[1].get(record_name)
 
     def _report(self, info: PluginInfo, message: str, exc: BaseException | None = None) -> None:
         first_time = message not in info.errors
@@ -307,7 +269,7 @@ class PluginManager:
     def provides(self) -> dict[str, dict[str, list[str]]]:
         """Plugin name → hook name → the record names it registered there."""
         out: dict[str, dict[str, list[str]]] = {}
-        for hook_name, record_type in _HOOK_RECORDS.items():
+        for hook_name, record_type in HOOK_RECORDS.items():
             _, owners = self._collect_owned(hook_name, record_type)
             for record_name, plugin in owners.items():
                 out.setdefault(plugin, {}).setdefault(hook_name, []).append(record_name)
@@ -323,11 +285,11 @@ class PluginManager:
 
         No factory is called here (sinks start when the first run starts).
         """
-        for hook_name, record_type in _HOOK_RECORDS.items():
+        for hook_name, record_type in HOOK_RECORDS.items():
             self._collect(hook_name, record_type)
 
     @overload
-    def lookup(self, kind: type[R], name: str) -> R: ...
+    def lookup(self, kind: type[RecordT], name: str) -> RecordT: ...
 
     @overload
     def lookup(self, kind: str, name: str) -> Any: ...
@@ -347,13 +309,13 @@ class PluginManager:
         bundled plugin needs (``pip install "groundswell[redis]"``), and the
         last error of each plugin that failed to load or register.
         """
-        hook_name = kind if isinstance(kind, str) else _HOOK_OF_RECORD.get(kind)
-        if hook_name not in _HOOK_RECORDS:
+        hook_name = kind if isinstance(kind, str) else HOOK_OF_RECORD.get(kind)
+        if hook_name not in HOOK_RECORDS:
             raise TypeError(
                 f"lookup: {kind!r} is not a record type or registration hook name; one of: "
-                + ", ".join(sorted(_HOOK_RECORDS))
+                + ", ".join(sorted(HOOK_RECORDS))
             )
-        records = self._collect(hook_name, _HOOK_RECORDS[hook_name])
+        records = self._collect(hook_name, HOOK_RECORDS[hook_name])
         record = records.get(name)
         if record is None:
             raise ConfigurationError(self._not_found(hook_name, name, sorted(records)))
@@ -361,7 +323,7 @@ class PluginManager:
 
     def _not_found(self, hook_name: str, name: str, available: list[str]) -> str:
         message = (
-            f"no {_KIND_NOUNS[hook_name]} named {name!r}; "
+            f"no {KIND_NOUNS[hook_name]} named {name!r}; "
             f"available: {', '.join(available) or 'none installed'}"
         )
         # Bundled plugins name their main record after themselves, so a plugin of
@@ -381,14 +343,14 @@ class PluginManager:
 
     # -- collectors ------------------------------------------------------------------
 
-    def _collect(self, hook_name: str, record_type: type[R]) -> dict[str, R]:
+    def _collect(self, hook_name: str, record_type: type[RecordT]) -> dict[str, RecordT]:
         return self._collect_owned(hook_name, record_type)[0]
 
     def _collect_owned(
-        self, hook_name: str, record_type: type[R]
-    ) -> tuple[dict[str, R], dict[str, str]]:
+        self, hook_name: str, record_type: type[RecordT]
+    ) -> tuple[dict[str, RecordT], dict[str, str]]:
         """Records by name, and the plugin that registered each name."""
-        records: dict[str, R] = {}
+        records: dict[str, RecordT] = {}
         owners: dict[str, str] = {}
         first: dict[str, pluggy.HookImpl] = {}
         caller = getattr(self._pm.hook, hook_name)
@@ -403,7 +365,7 @@ class PluginManager:
                 self._report(info, f"{hook_name}: registration hooks cannot be hook wrappers")
                 continue
             try:
-                items = _as_records(impl.function(), record_type, hook_name)
+                items = as_records(impl.function(), record_type, hook_name)
             except Exception as exc:
                 self._report(info, f"{hook_name} raised {type(exc).__name__}: {exc}", exc)
                 continue
@@ -419,7 +381,7 @@ class PluginManager:
                     logger.info(
                         "plugin %r replaces the kernel's %s %r",
                         winner.plugin_name,
-                        _KIND_NOUNS[hook_name],
+                        KIND_NOUNS[hook_name],
                         item.name,
                     )
                 else:
@@ -563,24 +525,6 @@ def _clash(hook_name: str, name: str, winner: pluggy.HookImpl, loser: pluggy.Hoo
     if not loser.tryfirst and (winner.plugin_name == BUILTIN or not winner.tryfirst):
         message += " (mark its hookimpl tryfirst=True to take the name)"
     return message
-
-
-def _as_records(value: Any, record_type: type[R], hook_name: str) -> list[R]:
-    if value is None:
-        return []
-    items: Iterable[Any] = [value] if isinstance(value, record_type) else value
-    if isinstance(items, str | bytes) or not isinstance(items, Iterable):
-        raise TypeError(
-            f"{hook_name} must return {record_type.__name__} records, got {value!r:.80}"
-        )
-    out: list[R] = []
-    for item in items:
-        if not isinstance(item, record_type):
-            raise TypeError(
-                f"{hook_name} must return {record_type.__name__} records, got {type(item).__name__}"
-            )
-        out.append(item)
-    return out
 
 
 _manager: PluginManager | None = None

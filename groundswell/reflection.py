@@ -30,15 +30,11 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, runtime_check
 from ._serialize import error_record, jsonable
 from .errors import (
     ConfigurationError,
-    ExtractionError,
-    MaxTurnsExceeded,
-    ModelAPIError,
     PluginError,
-    ResponseValidationError,
-    WorkflowError,
 )
 from .hookspecs import ReflectionStrategy, hookimpl
 from .plugins import get_plugin_manager
+from .recoverable import AGENT_REFLECTABLE, gave_up_on, is_recoverable, mark_given_up
 from .run_context import Frame, reset_frame, set_frame
 from .tree import EventNode, EventTree, NodeStatus, NodeType
 
@@ -56,7 +52,9 @@ __all__ = [
     "ReflectionEntry",
     "ReflectionResult",
     "Reflector",
+    "gave_up_on",
     "is_recoverable",
+    "mark_given_up",
     "reflect_once",
     "retry_step",
     "retry_with_reflection",
@@ -68,21 +66,6 @@ T = TypeVar("T")
 #: No configuration may ask for more attempts than this (the first one included).
 MAX_ATTEMPTS_CAP = 10
 Level = Literal["workflow", "agent", "prompt"]
-
-# API error types that no second attempt can fix: the account, the key or the
-# request's configuration is wrong, or the rate limit outlasted the SDK's retries.
-_FATAL_API_ERRORS = frozenset(
-    {
-        "invalid_request_error",
-        "authentication_error",
-        "permission_error",
-        "not_found_error",
-        "billing_error",
-        "rate_limit_error",
-        "request_too_large",
-    }
-)
-_FATAL_STATUS = frozenset({400, 401, 402, 403, 404, 413, 422, 429})
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,38 +258,6 @@ def register_reflection_strategies() -> ReflectionStrategy:
     )
 
 
-def is_recoverable(exc: BaseException) -> bool:
-    """False for failures another attempt cannot fix.
-
-    Never recoverable: cancellation and other ``BaseException``\\ s,
-    configuration and plugin errors, API errors for authentication,
-    permission, billing, a bad or too-large request, an unknown model, or a
-    rate limit that outlasted the SDK's own retries, and any exception whose
-    ``recoverable`` attribute is ``False`` (a stand-in for one of those).
-    """
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
-    if not isinstance(exc, Exception) or getattr(exc, "recoverable", True) is False:
-        return False
-    if isinstance(exc, WorkflowError) and exc.__cause__ is not None:
-        return is_recoverable(exc.__cause__)
-    if isinstance(exc, ConfigurationError | PluginError):
-        return False
-    if isinstance(exc, ModelAPIError):
-        if exc.error_type in _FATAL_API_ERRORS:
-            return False
-        return exc.status_code not in _FATAL_STATUS
-    return True
-
-
-#: What agent- and prompt-level reflection acts on: a reply the model can fix.
-AGENT_REFLECTABLE: tuple[type[Exception], ...] = (
-    ResponseValidationError,
-    MaxTurnsExceeded,
-    ExtractionError,
-)
-
-
 def resolve_config(value: ReflectionConfig | bool | None, *, owner: str) -> ReflectionConfig | None:
     """A ``reflection=`` / ``enable_reflection=`` argument as a config, or ``None`` when off."""
     if value is None or value is False:
@@ -323,14 +274,8 @@ def resolve_config(value: ReflectionConfig | bool | None, *, owner: str) -> Refl
 _DEFAULT_CONFIG = ReflectionConfig()
 
 
-def _strategy(name: str, records: Mapping[str, ReflectionStrategy]) -> Reflector:
-    record = records.get(name)
-    if record is None:
-        raise ConfigurationError(
-            f"no reflection strategy named {name!r}; available: {sorted(records)}. "
-            "Install or enable the plugin that provides it, or use ReflectionConfig(strategy=...)"
-        )
-    strategy = record.factory()
+def _strategy(name: str) -> Reflector:
+    strategy = get_plugin_manager().lookup(ReflectionStrategy, name).factory()
     if not isinstance(strategy, Reflector):
         raise PluginError(
             f"reflection strategy {name!r}: its factory returned {type(strategy).__name__}, "
@@ -393,7 +338,7 @@ async def reflect_once(
             reason="the plugin providing it is not loaded",
         )
     try:
-        strategy = _strategy(chosen, records)
+        strategy = _strategy(chosen)
     except (ConfigurationError, PluginError) as exc:
         # A strategy name nobody registered is the caller's configuration to fix.
         tree.end_node(node, NodeStatus.FAILED, error=exc)
@@ -626,34 +571,3 @@ async def retry_step(
         describe=describe,
         record=ctx.reflection.record,
     )
-
-
-_GAVE_UP = "_groundswell_reflection_gave_up"
-
-
-def _chain(exc: BaseException) -> list[BaseException]:
-    seen: list[BaseException] = []
-    current: BaseException | None = exc
-    while current is not None and current not in seen:
-        seen.append(current)
-        while isinstance(current, BaseExceptionGroup) and current.exceptions:
-            current = current.exceptions[0]
-            seen.append(current)
-        current = current.__cause__
-    return seen
-
-
-def mark_given_up(exc: BaseException) -> None:
-    """Note that a reflection loop has given up on this failure."""
-    for item in _chain(exc):
-        with contextlib.suppress(AttributeError, TypeError):
-            setattr(item, _GAVE_UP, True)
-
-
-def gave_up_on(exc: BaseException) -> bool:
-    """True when some reflection loop (any level) already gave up on this failure.
-
-    An enclosing step or workflow then does not start over: ``max_attempts``
-    stays a hard cap however levels nest.
-    """
-    return any(getattr(item, _GAVE_UP, False) for item in _chain(exc))

@@ -96,7 +96,7 @@ class ToolHandler(typing.Protocol):
         ...
 
     async def invoke(self, arguments: dict[str, Any], context: ToolContext) -> Any:
-        """Run the tool; returns ``tool_result`` content, raises on failure."""
+        """Run the tool; returns its result (text, content blocks or any value), raises on failure."""
         ...
 
 
@@ -225,8 +225,8 @@ class Tool:
         return await result if inspect.isawaitable(result) else result
 
     async def invoke(self, arguments: dict[str, Any], context: ToolContext) -> Any:
-        """Run the tool and return its result as ``tool_result`` content."""
-        return tool_result_content(await self.run(arguments, context))
+        """Run the tool and return what the function returned (the loop makes it content)."""
+        return await self.run(arguments, context)
 
     def __repr__(self) -> str:
         return f"Tool({self.name!r})"

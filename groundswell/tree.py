@@ -1,6 +1,7 @@
 """The event tree: every workflow, step, prompt and tool call of a run, as nodes.
 
-Nodes are kept in a dict (O(1) lookup) and linked parent → children in start
+The nodes themselves (`EventNode`, its types and statuses) are in ``node``.
+They are kept in a dict (O(1) lookup) and linked parent → children in start
 order. Every traversal here is iterative, so a 10,000-deep tree never meets the
 recursion limit. The tree can be serialized flat (``to_json``) or as a replayable
 JSONL event log (``save`` / ``load``).
@@ -13,169 +14,35 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator
-from enum import StrEnum
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import Any
 
-from ._serialize import error_record, jsonable, scrub
+from ._serialize import error_record, jsonable
 from .events import Event
+
+# The ``x as x`` imports keep old import paths (``groundswell.tree.label_parts``) working.
+from .node import FINAL_STATUSES as FINAL_STATUSES
+from .node import (
+    NODE_FIELDS,
+    EventNode,
+    NodeStatus,
+    NodeType,
+    child_nodes,
+    elapsed,
+    end_record,
+    label,
+    node_from_record,
+    record_field,
+    record_status,
+    recorded_events,
+    start_record,
+)
+from .node import label_parts as label_parts
+from .node import label_separator as label_separator
 
 __all__ = ["EventNode", "EventTree", "NodeStatus", "NodeType", "Replayer"]
 
 FORMAT_VERSION = 1
-
-
-class NodeType(StrEnum):
-    """What a node stands for."""
-
-    WORKFLOW = "workflow"
-    STEP = "step"
-    PROMPT = "prompt"
-    MODEL_CALL = "model_call"
-    TOOL_CALL = "tool_call"
-    MCP_CALL = "mcp_call"
-    REFLECTION = "reflection"
-    SPAWN = "spawn"
-    BUDGET = "budget"
-    EXTRACTION = "extraction"
-    SUMMARY = "summary"
-
-
-class NodeStatus(StrEnum):
-    """Where a node is in its life; ``revised`` marks a prompt replaced by a later one."""
-
-    PENDING = "pending"
-    RUNNING = "running"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-    REVISED = "revised"
-
-
-FINAL_STATUSES = frozenset(
-    {NodeStatus.COMPLETED, NodeStatus.FAILED, NodeStatus.CANCELLED, NodeStatus.REVISED}
-)
-
-_FIELDS = (
-    "id",
-    "type",
-    "name",
-    "status",
-    "timestamp",
-    "ended_at",
-    "parent_id",
-    "payload",
-    "metrics",
-    "events",
-    "error",
-)
-_SLOTS = tuple(f for f in _FIELDS if f != "events")
-
-
-def _new_id() -> str:
-    # 64 random bits: unique across processes and machines, and about 5x cheaper than uuid4().
-    return os.urandom(8).hex()
-
-
-class EventNode:
-    """One thing that happened in a run, with its children in start order.
-
-    ``timestamp`` and ``ended_at`` are Unix times in seconds; ``metrics["duration"]``
-    is the node's wall time in seconds. ``payload`` holds JSON-safe inputs and
-    outputs, ``events`` the point-in-time happenings (``{"type": ..., "timestamp":
-    ..., **data}``), ``error`` the failure (``{"type", "message"}``) if any.
-    """
-
-    # children and events are created on first use: most nodes are leaves without
-    # events, and two fewer GC-tracked lists per node halves the cost of big trees.
-    __slots__ = (*_SLOTS, "_children", "_events", "_t0")
-
-    def __init__(
-        self,
-        type: NodeType | str,
-        name: str,
-        *,
-        id: str | None = None,
-        parent_id: str | None = None,
-        status: NodeStatus | str = NodeStatus.RUNNING,
-        timestamp: float | None = None,
-        payload: dict[str, Any] | None = None,
-    ) -> None:
-        self.id: str = id or _new_id()
-        # Enum lookups by value are slow; skip them for values that are already members.
-        self.type: NodeType = type if type.__class__ is NodeType else NodeType(type)
-        self.name: str = name
-        self.status: NodeStatus = status if status.__class__ is NodeStatus else NodeStatus(status)
-        self.timestamp: float = time.time() if timestamp is None else timestamp
-        self.ended_at: float | None = None
-        self.parent_id: str | None = parent_id
-        self._children: list[EventNode] | None = None
-        self.payload: dict[str, Any] = payload if payload is not None else {}
-        self.metrics: dict[str, Any] = {}
-        self._events: list[dict[str, Any]] | None = None
-        self.error: dict[str, Any] | None = None
-        self._t0: float = time.perf_counter()
-
-    @property
-    def children(self) -> list[EventNode]:
-        """Child nodes in start order."""
-        kids = self._children
-        if kids is None:
-            kids = self._children = []
-        return kids
-
-    @property
-    def events(self) -> list[dict[str, Any]]:
-        """Point-in-time events recorded on this node, oldest first."""
-        events = self._events
-        if events is None:
-            events = self._events = []
-        return events
-
-    @events.setter
-    def events(self, value: list[dict[str, Any]]) -> None:
-        self._events = value
-
-    @property
-    def duration(self) -> float | None:
-        """Wall time in seconds, or ``None`` while the node is still running."""
-        value = self.metrics.get("duration")
-        return float(value) if _is_number(value) else None
-
-    def to_dict(self) -> dict[str, Any]:
-        """This node as a flat, JSON-safe dict; children appear as a list of ids."""
-        return {
-            "id": self.id,
-            "type": self.type.value,
-            "name": self.name,
-            "status": self.status.value,
-            "timestamp": self.timestamp,
-            "ended_at": self.ended_at,
-            "parent_id": self.parent_id,
-            "payload": self.payload,
-            "metrics": self.metrics,
-            "events": self._events if self._events is not None else [],
-            "error": self.error,
-            "children": [c.id for c in self._children] if self._children else [],
-        }
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, EventNode):
-            return NotImplemented
-        return self.to_dict() == other.to_dict()
-
-    __hash__ = None  # type: ignore[assignment]  # mutable, compared by value
-
-    def __gs_jsonable__(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "type": self.type.value,
-            "name": self.name,
-            "status": self.status.value,
-        }
-
-    def __repr__(self) -> str:
-        return f"EventNode({self.type.value} {self.name!r} {self.status.value} id={self.id})"
 
 
 class EventTree:
@@ -227,7 +94,7 @@ class EventTree:
         )
         self._attach(node, parent)
         if self._dispatch is not None:
-            self._dispatch(Event("node_start", node, _start_record(node), self._run_id()))
+            self._dispatch(Event("node_start", node, start_record(node), self._run_id()))
         return node
 
     def _run_id(self) -> str:
@@ -266,10 +133,10 @@ class EventTree:
         if record_output:
             node.payload["output"] = jsonable(output)
         node.ended_at = time.time()
-        node.metrics["duration"] = time.perf_counter() - node._t0
+        node.metrics["duration"] = elapsed(node)
         node.status = final
         if self._dispatch is not None:
-            self._dispatch(Event("node_end", node, _end_record(node), self._run_id()))
+            self._dispatch(Event("node_end", node, end_record(node), self._run_id()))
 
     def end_node_after(self, node: EventNode, exc: BaseException) -> None:
         """Finish ``node`` after ``exc``: ``cancelled`` for a cancellation, else ``failed``."""
@@ -298,7 +165,7 @@ class EventTree:
         """Change a finished node's status (e.g. to ``revised``) and tell the sinks."""
         node.status = NodeStatus(status)
         if self._dispatch is not None:
-            self._dispatch(Event("node_end", node, _end_record(node), self._run_id()))
+            self._dispatch(Event("node_end", node, end_record(node), self._run_id()))
 
     # -- queries -----------------------------------------------------------------
 
@@ -347,7 +214,7 @@ class EventTree:
         while stack:
             node = stack.pop()
             yield node
-            kids = node._children
+            kids = child_nodes(node)
             if kids:
                 stack.extend(reversed(kids))
 
@@ -357,10 +224,10 @@ class EventTree:
         ``tree.find(type="step", status="failed")``; an unknown attribute name is a
         ``TypeError``.
         """
-        unknown = set(attrs) - set(_FIELDS)
+        unknown = set(attrs) - set(NODE_FIELDS)
         if unknown:
             raise TypeError(
-                f"find() got unknown attribute(s) {sorted(unknown)}; use any of {list(_FIELDS)}"
+                f"find() got unknown attribute(s) {sorted(unknown)}; use any of {list(NODE_FIELDS)}"
             )
         items = list(attrs.items())
         return [n for n in self.walk() if all(getattr(n, k) == v for k, v in items)]
@@ -393,7 +260,7 @@ class EventTree:
             )
         if parent.id not in self._nodes:
             raise KeyError(f"parent node {parent.id!r} is not in this tree")
-        nodes = [_node_from_record(record) for record in data["nodes"]]
+        nodes = [node_from_record(record) for record in data["nodes"]]
         if not nodes:
             raise ValueError("the recorded tree has no nodes")
         clash = [n.id for n in nodes if n.id in self._nodes]
@@ -416,12 +283,12 @@ class EventTree:
         if self._dispatch is not None:
             run_id = self._run_id()
             for node in nodes:
-                start = _start_record(node)
+                start = start_record(node)
                 start.update(status=NodeStatus.RUNNING.value, ended_at=None, metrics={}, error=None)
                 self._dispatch(Event("node_start", node, start, run_id))
             for node in reversed(nodes):
                 if node.status is not NodeStatus.RUNNING:
-                    self._dispatch(Event("node_end", node, _end_record(node), run_id))
+                    self._dispatch(Event("node_end", node, end_record(node), run_id))
         return nodes[0]
 
     @classmethod
@@ -438,7 +305,7 @@ class EventTree:
         tree = cls()
         root_id = data.get("root_id")
         for record in nodes:
-            node = _node_from_record(record)
+            node = node_from_record(record)
             if node.id == root_id:
                 # A subtree (``to_json(start=...)``): its top node becomes the root.
                 node.parent_id = None
@@ -455,15 +322,15 @@ class EventTree:
         run_id = self._run_id()
         nodes = list(self.walk())
         for node in nodes:
-            start = _start_record(node)
+            start = start_record(node)
             start.update(status=NodeStatus.RUNNING.value, ended_at=None, metrics={}, error=None)
             start["events"] = []
             yield Event("node_start", node, start, run_id)
-            for event in node._events or ():
+            for event in recorded_events(node):
                 yield Event("node_event", node, {"id": node.id, "event": event}, run_id)
         for node in reversed(nodes):
             if node.status is not NodeStatus.RUNNING or node.metrics or node.error:
-                yield Event("node_end", node, _end_record(node), run_id)
+                yield Event("node_end", node, end_record(node), run_id)
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the tree as a JSONL event log that `load` replays."""
@@ -541,7 +408,7 @@ class EventTree:
             return "(empty tree)"
         first = self.get_node(start) if start else self.root
         assert first is not None
-        lines = [lead + _label(node) for lead, node in self.guided(first)]
+        lines = [lead + label(node) for lead, node in self.guided(first)]
         return "\n".join(lines)
 
     @staticmethod
@@ -552,7 +419,7 @@ class EventTree:
         while stack:
             node, lead, child_lead = stack.pop()
             yield lead, node
-            kids = node._children or []
+            kids = child_nodes(node)
             for i in range(len(kids) - 1, -1, -1):
                 last = i == len(kids) - 1
                 stack.append(
@@ -587,81 +454,6 @@ class EventTree:
         return f"EventTree(root={root!r}, nodes={len(self._nodes)})"
 
 
-_MARKS = {
-    NodeStatus.COMPLETED: "✓",
-    NodeStatus.FAILED: "✗",
-    NodeStatus.CANCELLED: "⊘",
-    NodeStatus.REVISED: "↺",
-    NodeStatus.RUNNING: "…",
-    NodeStatus.PENDING: "·",
-}
-
-
-_STATUS_STYLE = {
-    NodeStatus.COMPLETED: "green",
-    NodeStatus.FAILED: "bold red",
-    NodeStatus.CANCELLED: "yellow",
-    NodeStatus.REVISED: "magenta",
-    NodeStatus.RUNNING: "cyan",
-    NodeStatus.PENDING: "dim",
-}
-
-
-def label_parts(node: EventNode) -> list[tuple[str, str]]:
-    """A node's one-line label as ``(text, style)`` pieces (style names are rich's)."""
-    status = node.status
-    parts = [
-        (_MARKS[status], _STATUS_STYLE[status]),
-        (node.type.value, "dim"),
-        (node.name, "bold"),
-    ]
-    # Metrics may come from a file written by anything: draw only well-typed ones.
-    duration = node.metrics.get("duration")
-    if _is_number(duration):
-        parts.append((f"{duration * 1000:.1f}ms", "blue"))
-    if status is not NodeStatus.COMPLETED:
-        parts.append((status.value, _STATUS_STYLE[status]))
-    attempt = node.metrics.get("attempt")
-    if isinstance(attempt, int) and node.type in (NodeType.STEP, NodeType.PROMPT):
-        parts.append((f"attempt {attempt}", "yellow" if attempt > 1 else "dim"))
-    usage = node.metrics.get("usage")
-    if isinstance(usage, dict) and usage:
-        tokens = f"{usage.get('input_tokens', 0)}→{usage.get('output_tokens', 0)} tok"
-        cached = usage.get("cache_read_input_tokens")
-        if cached:
-            tokens += f" ({cached} cached)"
-        parts.append((tokens, "cyan"))
-    before, after = node.metrics.get("tokens_before"), node.metrics.get("tokens_after")
-    if isinstance(before, int):
-        shrunk = f"{before}→{after} tok" if isinstance(after, int) else f"{before} tok"
-        parts.append((shrunk, "cyan"))
-    if "cache" in node.metrics:
-        hit = node.metrics["cache"] == "hit"
-        parts.append(("⚡ cache hit" if hit else "cache miss", "bold magenta" if hit else "dim"))
-    if node.metrics.get("recovered"):
-        parts.append(("↺ recovered", "bold green"))
-    if node.error:
-        error = node.error if isinstance(node.error, dict) else {"message": node.error}
-        message = scrub(str(error.get("message", "")))[:80]
-        parts.append((f"{error.get('type', 'error')}: {message}", "red"))
-    return parts
-
-
-def _is_number(value: Any) -> TypeGuard[float]:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def label_separator(index: int) -> str:
-    """What goes before piece ``index`` of a label: mark, type and name read as one phrase."""
-    return " " if index < 3 else "  "
-
-
-def _label(node: EventNode) -> str:
-    return "".join(
-        (label_separator(i) if i else "") + text for i, (text, _) in enumerate(label_parts(node))
-    )
-
-
 class Replayer:
     """Builds trees from event records one at a time (a live view, a log being read).
 
@@ -682,7 +474,7 @@ class Replayer:
             raise ValueError(f"event {n}: expected an object with 'kind' and a 'data' object")
         kind, data = record.get("kind"), record["data"]
         if kind == "node_start":
-            node = _node_from_record(data)
+            node = node_from_record(data)
             parent_id = data.get("parent_id")
             if parent_id:
                 tree = self._owner.get(parent_id)
@@ -706,93 +498,16 @@ class Replayer:
             node = tree._nodes[node_id]
             try:
                 if kind == "node_event":
-                    node.events.append(_field(data, "event", dict, required=True))
+                    node.events.append(record_field(data, "event", dict, required=True))
                 else:
-                    node.status = _status(data.get("status"))
-                    node.ended_at = _field(data, "ended_at", (int, float))
-                    node.metrics = dict(_field(data, "metrics", dict) or {})
-                    node.payload = dict(_field(data, "payload", dict) or {})
-                    node.error = _field(data, "error", dict)
+                    node.status = record_status(data.get("status"))
+                    node.ended_at = record_field(data, "ended_at", (int, float))
+                    node.metrics = dict(record_field(data, "metrics", dict) or {})
+                    node.payload = dict(record_field(data, "payload", dict) or {})
+                    node.error = record_field(data, "error", dict)
             except ValueError as exc:
                 raise ValueError(f"event {n}: {kind} of node {node_id!r}: {exc}") from None
             return tree
         raise ValueError(
             f"event {n}: unknown kind {kind!r} (expected node_start, node_end or node_event)"
         )
-
-
-def _start_record(node: EventNode) -> dict[str, Any]:
-    # Copies, not the node's live containers: the node keeps changing after this event.
-    record = node.to_dict()
-    record["payload"] = dict(node.payload)
-    record["metrics"] = dict(node.metrics)
-    record["events"] = list(node._events or ())
-    record["children"] = []
-    return record
-
-
-def _end_record(node: EventNode) -> dict[str, Any]:
-    return {
-        "id": node.id,
-        "status": node.status.value,
-        "ended_at": node.ended_at,
-        "metrics": dict(node.metrics),
-        "payload": dict(node.payload),
-        "error": node.error,
-    }
-
-
-def _node_from_record(record: Any) -> EventNode:
-    """A node from its `to_dict` record; ``ValueError`` naming what is malformed."""
-    if not isinstance(record, dict):
-        raise ValueError(f"a node record should be an object, got {record!r:.40}")
-    try:
-        node = EventNode(
-            _field(record, "type", str, required=True),
-            _field(record, "name", str, required=True),
-            id=_field(record, "id", str, required=True),
-            parent_id=_field(record, "parent_id", str),
-            status=_status(record.get("status", NodeStatus.RUNNING.value)),
-            timestamp=_field(record, "timestamp", (int, float), required=True),
-            payload=dict(_field(record, "payload", dict) or {}),
-        )
-        node.ended_at = _field(record, "ended_at", (int, float))
-        node.metrics = dict(_field(record, "metrics", dict) or {})
-        events = _field(record, "events", list)
-        if events:
-            node.events = list(events)
-        node.error = _field(record, "error", dict)
-    except ValueError as exc:
-        raise ValueError(f"malformed node record {record.get('id', '?')!r}: {exc}") from None
-    return node
-
-
-def _field(record: dict[str, Any], key: str, kind: Any, *, required: bool = False) -> Any:
-    """``record[key]`` when it has type ``kind`` (or is absent/None and not required)."""
-    value = record.get(key)
-    if value is None:
-        if required:
-            raise ValueError(f"{key!r} is missing")
-        return None
-    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
-        kinds = kind if isinstance(kind, tuple) else (kind,)
-        expected = " or ".join(dict.fromkeys(_JSON_NAMES.get(k, k.__name__) for k in kinds))
-        raise ValueError(f"{key!r} should be {expected}, got {value!r:.40}")
-    return value
-
-
-_JSON_NAMES = {
-    str: "a string",
-    int: "a number",
-    float: "a number",
-    dict: "an object",
-    list: "a list",
-}
-
-
-def _status(value: Any) -> NodeStatus:
-    try:
-        return NodeStatus(value)
-    except ValueError:
-        known = ", ".join(s.value for s in NodeStatus)
-        raise ValueError(f"unknown status {value!r:.40} (expected one of {known})") from None

@@ -4,144 +4,66 @@ A workflow is an async function taking a `WorkflowContext` first. Each
 run is a ``workflow`` node; each ``ctx.step`` a ``step`` node under whatever is
 current when it starts. A run inside another run mounts under the current node
 of the outer one, so nesting needs no plumbing.
+
+How a run ends (its `WorkflowResult`, or the `WorkflowError` of a failure) is
+in ``outcomes``; how a step's body is called, in ``step_body``.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import copy
 import functools
 import inspect
 import math
 import time
-import typing
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, cast, overload
+from typing import (
+    Any,
+    Concatenate,
+    Generic,
+    ParamSpec,
+    TypedDict,
+    TypeVar,
+    Unpack,
+    cast,
+    overload,
+)
 
-import pydantic
-
-from ._serialize import error_record, jsonable
+from ._serialize import jsonable
 from .budget import TokenBudget, check_budget, current_budget, enter_budget, leave_budget
-from .errors import ConfigurationError, StepTimeout, WorkflowError
+from .errors import ConfigurationError, StepTimeout
 from .execution import LOCAL, ExecutionEngine, WorkflowCall, durable_backend_name, get_engine
+from .outcomes import (
+    WorkflowResult,
+    end_failed,
+    note_detached,
+    restore_result,
+    root_cause,
+    workflow_error,
+)
 from .reflection import ReflectionAPI, ReflectionConfig, resolve_config, retry_step
+from .revision import replace_last_prompt
 from .run_context import Frame, current_frame, new_run_tree, reset_frame, set_frame
+from .step_body import call_body, within_timeout
 from .tree import EventNode, EventTree, NodeStatus, NodeType
+from .workflow_input import input_model, validate_input
 
-__all__ = ["Workflow", "WorkflowContext", "WorkflowResult", "create_workflow", "workflow"]
+__all__ = [
+    "Workflow",
+    "WorkflowContext",
+    "WorkflowOptions",
+    "WorkflowResult",
+    "create_workflow",
+    "workflow",
+]
 
 P = ParamSpec("P")
 T = TypeVar("T")
 R = TypeVar("R")
 
-_PATH_ATTR = "_groundswell_node_path"
-
-
-@dataclass(frozen=True, slots=True)
-class WorkflowResult(Generic[T]):
-    """The outcome of `Workflow.run`.
-
-    ``tree`` is the tree the run is mounted in (for a nested run, the outer
-    run's tree) and ``node`` is the run's own workflow node. ``duration`` is in
-    seconds.
-    """
-
-    output: T | None
-    status: NodeStatus
-    tree: EventTree
-    node: EventNode
-    duration: float
-    state: dict[str, Any] = field(default_factory=dict)
-    error: BaseException | None = None
-
-    @property
-    def workflow_id(self) -> str:
-        """The id of the run's workflow node."""
-        return self.node.id
-
-    def __gs_jsonable__(self) -> dict[str, Any]:
-        return {"workflow_id": self.node.id, "status": self.status.value, "output": self.output}
-
-    def __copy__(self) -> WorkflowResult[T]:
-        return self  # immutable; a copy would share the same tree anyway
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # Pickled (a durable step's checkpoint) as data: the run's own subtree as
-        # JSON, so the copy has a tree of its own. ``error`` is not kept; the
-        # failed node in the tree records it.
-        tree = self.tree.to_json(start=self.node.id)
-        return (_restore_result, (self.output, self.status.value, tree, self.duration, self.state))
-
-
-def _restore_result(
-    output: Any, status: str, tree: dict[str, Any], duration: float, state: dict[str, Any]
-) -> WorkflowResult[Any]:
-    restored = EventTree.from_json(tree)
-    assert restored.root is not None
-    return WorkflowResult(output, NodeStatus(status), restored, restored.root, duration, state)
-
-
-def _leaf(exc: BaseException) -> BaseException:
-    # A TaskGroup raises an ExceptionGroup; the first real error inside is what failed.
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
-    return exc
-
-
-def _mark_failure(exc: BaseException, tree: EventTree, node: EventNode) -> None:
-    # Remember the deepest node an exception failed, so the WorkflowError raised
-    # at the top names where it really happened. The tree's id is kept too: the
-    # same exception object raised again in another run must not reuse the path.
-    leaf = _leaf(exc)
-    if isinstance(leaf, WorkflowError) and leaf.node_path:
-        return
-    mark = getattr(leaf, _PATH_ATTR, None)
-    if mark is None or mark[0] != id(tree):
-        with contextlib.suppress(AttributeError, TypeError):  # exceptions without a __dict__
-            setattr(leaf, _PATH_ATTR, (id(tree), tree.path(node.id)))
-
-
-def _failure_path(exc: BaseException, tree: EventTree) -> str | None:
-    leaf = _leaf(exc)
-    if isinstance(leaf, WorkflowError) and leaf.node_path:
-        return leaf.node_path
-    mark = getattr(leaf, _PATH_ATTR, None)
-    if isinstance(mark, tuple) and mark[0] == id(tree):
-        return str(mark[1])
-    return None
-
-
-def _end_failed(tree: EventTree, node: EventNode, exc: BaseException) -> None:
-    if not isinstance(exc, asyncio.CancelledError):
-        _mark_failure(exc, tree, node)
-    tree.end_node_after(node, exc)
-
-
-async def _call(name: str, fn: Any) -> Any:
-    if inspect.iscoroutinefunction(fn):
-        return await fn()
-    if inspect.isawaitable(fn):
-        return await fn
-    if not callable(fn):
-        raise ConfigurationError(
-            f"step {name!r}: expected a callable or an awaitable, got {type(fn).__name__}"
-        )
-    # Sync callables run in a worker thread so blocking code never stalls other
-    # branches; to_thread copies the context, so anything they start still mounts here.
-    try:
-        result = await asyncio.to_thread(fn)
-    except RuntimeError as exc:
-        if "event loop" in str(exc):
-            raise ConfigurationError(
-                f"step {name!r}: its callable needs the running event loop ({exc}), but sync "
-                "callables run in a worker thread; make it an `async def` instead"
-            ) from exc
-        raise
-    if inspect.isawaitable(result):
-        return await result
-    return result
+# Durable checkpoints pickled before WorkflowResult moved to ``outcomes`` name this.
+_restore_result = restore_result
+_MISSING = object()
 
 
 class WorkflowContext:
@@ -320,30 +242,19 @@ class WorkflowContext:
         token = set_frame(Frame(tree, node, self))
         try:
             # A durable engine runs the body itself (or returns its checkpoint).
-            body = self.engine.run_step(self, node, functools.partial(_call, name, fn))
+            body = self.engine.run_step(self, node, functools.partial(call_body, name, fn))
             if timeout is None:
                 result = await body
             else:
-                timer = asyncio.timeout(timeout)
-                try:
-                    async with timer:
-                        result = await body
-                except TimeoutError as exc:
-                    if not timer.expired():
-                        raise
-                    timed_out = StepTimeout(
-                        f"step {name!r} timed out after {timeout}s", node_path=tree.path(node.id)
-                    )
-                    tree.end_node(node, NodeStatus.CANCELLED, error=timed_out)
-                    raise timed_out from exc
+                result = await within_timeout(body, timeout, tree, node)
         except StepTimeout as exc:
             if node.ended_at is None:  # a nested step's timeout: this step failed with it
-                _end_failed(tree, node, exc)
+                end_failed(tree, node, exc)
             if failed is not None:
                 failed.append(node)
             raise
         except BaseException as exc:
-            _end_failed(tree, node, exc)
+            end_failed(tree, node, exc)
             if failed is not None:
                 failed.append(node)
             if not retryable and isinstance(exc, Exception):
@@ -396,7 +307,7 @@ class WorkflowContext:
         try:
             output = await self.engine.spawn(self, node, WorkflowCall(wf, args, kwargs), queue)
         except BaseException as exc:
-            _end_failed(tree, node, exc)
+            end_failed(tree, node, exc)
             raise
         finally:
             reset_frame(token)
@@ -449,30 +360,9 @@ class WorkflowContext:
         sibling. Replacing again replaces the newest, so a chain of revisions
         stays one row of siblings, all ``revised`` but the last.
         """
-        tree = self._tree
         frame = current_frame()
-        scope = frame.node if frame is not None and frame.tree is tree else self.node
-        last = _last_prompt(tree, scope)
-        if last is None:
-            raise ConfigurationError(
-                f"replace_last_prompt_result: no prompt has run under {tree.path(scope.id)!r} "
-                "yet; run one with agent.prompt(...) first"
-            )
-        if last.ended_at is None:
-            raise ConfigurationError(
-                f"replace_last_prompt_result: the last prompt ({tree.path(last.id)!r}) is "
-                "still running; await it first"
-            )
-        parent = tree.get_node(last.parent_id) if last.parent_id else scope
-        token = set_frame(Frame(tree, parent, self))
-        try:
-            result = await agent.run(prompt, overrides)
-        finally:
-            reset_frame(token)
-        result.node.payload["revises"] = last.id
-        tree.add_event(last, "revised", by=result.node.id)
-        tree.set_status(last, NodeStatus.REVISED)
-        return result.output
+        scope = frame.node if frame is not None and frame.tree is self._tree else self.node
+        return await replace_last_prompt(self, scope, prompt, agent, overrides)
 
     def __repr__(self) -> str:
         return f"WorkflowContext(workflow={self.workflow.name!r}, id={self.workflow_id})"
@@ -595,8 +485,8 @@ class Workflow(Generic[P, T]):
             output = await self.executor(ctx, *args, **kwargs)
         except BaseException as exc:
             self._record_state(node, ctx)
-            _note_detached(tree, node)
-            _end_failed(tree, node, exc)
+            note_detached(tree, node)
+            end_failed(tree, node, exc)
             if not isinstance(exc, Exception):  # cancellation, KeyboardInterrupt, SystemExit
                 raise
             result: WorkflowResult[T] = WorkflowResult(
@@ -608,7 +498,7 @@ class Workflow(Generic[P, T]):
                 state=ctx.state,
                 error=exc,
             )
-            raise _workflow_error(self.name, exc, result) from _root_cause(exc)
+            raise workflow_error(self.name, exc, result) from root_cause(exc)
         finally:
             reset_frame(token)
             if scoped is not None:
@@ -626,31 +516,14 @@ class Workflow(Generic[P, T]):
 
     def input_schema(self) -> dict[str, Any]:
         """The JSON schema of the workflow's arguments (after ``ctx``), from its signature."""
-        return _input_model(self.executor).model_json_schema()
+        return input_model(self.executor).model_json_schema()
 
     def validate_input(self, data: Any) -> dict[str, Any]:
         """Check ``data`` (a mapping of argument names) and return the keyword arguments.
 
         Raises `ConfigurationError` naming each invalid or missing argument.
         """
-        if not isinstance(data, dict):
-            raise ConfigurationError(
-                f"workflow {self.name!r}: input must be an object of arguments, "
-                f"got {type(data).__name__}"
-            )
-        model = _input_model(self.executor)
-        try:
-            checked = model.model_validate(data)
-        except pydantic.ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc']) or '(input)'}: {e['msg']}"
-                for e in exc.errors()[:5]
-            )
-            raise ConfigurationError(
-                f"workflow {self.name!r}: invalid input ({problems}); "
-                f"expected {sorted(model.model_fields)}"
-            ) from exc
-        return {name: getattr(checked, name) for name in model.model_fields}
+        return validate_input(self.name, self.executor, data)
 
     @staticmethod
     def _record_state(node: EventNode, ctx: WorkflowContext) -> None:
@@ -661,140 +534,61 @@ class Workflow(Generic[P, T]):
         return f"Workflow({self.name!r})"
 
 
-_MISSING = object()
+class WorkflowOptions(TypedDict, total=False):
+    """The keyword options of `Workflow`, which `workflow` and `create_workflow` pass on."""
+
+    #: Cache backend (a name or a Cache) for agents inside that enable caching without one.
+    cache: Any
+    #: Reflect on failed steps and run them again, with the default `ReflectionConfig`.
+    enable_reflection: bool
+    #: Reflection settings for failed steps; wins over ``enable_reflection``.
+    reflection: ReflectionConfig | None
+    #: The agent the ``llm`` reflection strategy asks (else ``feedback`` is used).
+    reflection_agent: Any
+    #: The budget for agent prompts in the run that set none of their own.
+    token_budget: TokenBudget | None
+    #: ``True`` or an execution backend name: checkpoint steps, recover crashed runs.
+    durable: bool | str
 
 
-def _last_prompt(tree: EventTree, scope: EventNode) -> EventNode | None:
-    """The most recently started prompt under ``scope`` that no other prompt contains."""
-    best: EventNode | None = None
-    stack = list(scope.children)
-    while stack:
-        node = stack.pop()
-        if node.type is NodeType.PROMPT:
-            if best is None or node.timestamp > best.timestamp:
-                best = node
-            continue  # a prompt inside a tool of this prompt is not a separate result
-        stack.extend(node.children)
-    return best
-
-
-@functools.lru_cache(maxsize=256)
-def _input_model(executor: Callable[..., Any]) -> type[pydantic.BaseModel]:
-    """A pydantic model of an executor's parameters after ``ctx`` (extra fields refused)."""
-    try:
-        hints = typing.get_type_hints(executor)
-    except Exception:
-        hints = {}
-    fields: dict[str, Any] = {}
-    params = list(inspect.signature(executor).parameters.values())[1:]
-    for param in params:
-        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-            continue
-        default = ... if param.default is param.empty else param.default
-        fields[param.name] = (hints.get(param.name, Any), default)
-    name = f"{getattr(executor, '__name__', 'workflow')}_input"
-    model: type[pydantic.BaseModel] = pydantic.create_model(
-        name, __config__=pydantic.ConfigDict(extra="forbid"), **fields
-    )
-    return model
-
-
-def _note_detached(tree: EventTree, node: EventNode) -> None:
-    # Work the run did not wait for (a gather sibling of a failed step, a sync step
-    # that outlived its timeout in a thread) keeps running and may still change
-    # the tree; say so on the workflow node instead of pretending it stopped.
-    running = [n for n in tree.walk(node.id) if n is not node and n.status is NodeStatus.RUNNING]
-    if running:
-        tree.add_event(
-            node, "detached", nodes=[tree.path(n.id) for n in running[:20]], count=len(running)
-        )
-
-
-def _root_cause(exc: BaseException) -> BaseException:
-    # A failed nested run arrives as a WorkflowError; its cause is the real error.
-    leaf = _leaf(exc)
-    if isinstance(leaf, WorkflowError) and leaf.result is not None and leaf.__cause__ is not None:
-        return leaf.__cause__
-    return leaf
-
-
-def _workflow_error(name: str, exc: BaseException, result: WorkflowResult[Any]) -> WorkflowError:
-    cause = _root_cause(exc)
-    path = _failure_path(exc, result.tree) or result.tree.path(result.node.id)
-    cls = StepTimeout if isinstance(_leaf(exc), StepTimeout) else WorkflowError
-    reason = error_record(cause)["message"]  # never raises, and secrets are scrubbed
-    message = f"workflow {name!r} failed at {path}: {type(cause).__name__}: {reason}"
-    return cls(message, node_path=path, result=result)
+def _refuse_unknown(caller: str, options: WorkflowOptions) -> None:
+    # ``**options`` takes any keyword at run time; refuse an unknown one right away,
+    # as a keyword parameter would, not only once a workflow is built.
+    unknown = sorted(options.keys() - WorkflowOptions.__optional_keys__)
+    if unknown:
+        raise TypeError(f"{caller}() got an unexpected keyword argument {unknown[0]!r}")
 
 
 def create_workflow(
     executor: Callable[Concatenate[WorkflowContext, P], Awaitable[T]],
     name: str | None = None,
-    *,
-    cache: Any = None,
-    enable_reflection: bool = False,
-    reflection: ReflectionConfig | None = None,
-    reflection_agent: Any = None,
-    token_budget: TokenBudget | None = None,
-    durable: bool | str = False,
+    **options: Unpack[WorkflowOptions],
 ) -> Workflow[P, T]:
     """Build a `Workflow` at run time; it mounts wherever it is run."""
-    return Workflow(
-        executor,
-        name=name,
-        cache=cache,
-        enable_reflection=enable_reflection,
-        reflection=reflection,
-        reflection_agent=reflection_agent,
-        token_budget=token_budget,
-        durable=durable,
-    )
+    _refuse_unknown("create_workflow", options)
+    return Workflow(executor, name, **options)
 
 
 @overload
 def workflow(fn: Callable[Concatenate[WorkflowContext, P], Awaitable[T]], /) -> Workflow[P, T]: ...
 @overload
 def workflow(
-    *,
-    name: str | None = None,
-    cache: Any = None,
-    enable_reflection: bool = False,
-    reflection: ReflectionConfig | None = None,
-    reflection_agent: Any = None,
-    token_budget: TokenBudget | None = None,
-    durable: bool | str = False,
+    *, name: str | None = None, **options: Unpack[WorkflowOptions]
 ) -> Callable[[Callable[Concatenate[WorkflowContext, P], Awaitable[T]]], Workflow[P, T]]: ...
 
 
 def workflow(
-    fn: Any = None,
-    /,
-    *,
-    name: str | None = None,
-    cache: Any = None,
-    enable_reflection: bool = False,
-    reflection: ReflectionConfig | None = None,
-    reflection_agent: Any = None,
-    token_budget: TokenBudget | None = None,
-    durable: bool | str = False,
+    fn: Any = None, /, *, name: str | None = None, **options: Unpack[WorkflowOptions]
 ) -> Any:
     """Make a `Workflow` from an async function: ``@workflow`` or ``@workflow(name=...)``.
 
     Keyword arguments are those of `Workflow`.
     """
-    options: dict[str, Any] = {
-        "name": name,
-        "cache": cache,
-        "enable_reflection": enable_reflection,
-        "reflection": reflection,
-        "reflection_agent": reflection_agent,
-        "token_budget": token_budget,
-        "durable": durable,
-    }
+    _refuse_unknown("workflow", options)
     if fn is not None:
-        return Workflow(fn, **options)
+        return Workflow(fn, name, **options)
 
     def decorate(f: Callable[Concatenate[WorkflowContext, P], Awaitable[T]]) -> Workflow[P, T]:
-        return Workflow(f, **options)
+        return Workflow(f, name, **options)
 
     return decorate

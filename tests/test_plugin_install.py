@@ -55,11 +55,17 @@ def test_plugins_command_lists_the_example_and_reports_the_broken_one(fresh_pyth
     example = infos["example-sink"]
     assert example["ok"] and example["version"] == "0.1.0"
     assert example["distribution"] == "groundswell-example-sink"
-    assert example["hooks"] == ["register_event_sinks"]
+    assert example["hooks"] == ["register_agent_middleware", "register_event_sinks"]
     broken = infos["broken"]
     assert not broken["ok"] and broken["version"] == "6.6.6"
     assert "this plugin is broken on purpose" in broken["errors"][0]
     assert infos["lru"]["ok"]
+
+    every = run([str(fresh_python), "-m", "groundswell.cli", "plugins", "--all", "--json"])
+    listed = {d["name"]: d for d in json.loads(every.stdout)}
+    assert listed["example-sink"]["agent_middleware"] == [
+        {"name": "timing", "order": 500, "default": False}
+    ]
 
     table = run([str(fresh_python), "-m", "groundswell.cli", "plugins"])
     assert table.returncode == 0
@@ -95,4 +101,4 @@ def test_example_plugin_own_tests_pass(fresh_python: Path) -> None:
         env={"GROUNDSWELL_DISABLE_PLUGINS": "broken"},
     )
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "3 passed" in out.stdout
+    assert "6 passed" in out.stdout

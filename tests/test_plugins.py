@@ -395,13 +395,18 @@ def test_an_unknown_name_reports_plugins_that_failed_to_load(
                 "jsonl",
                 "history",
                 "dbos",
+                "pii",
                 "good",
             },
         ),
         ("", None, set()),
         ("good", None, {"good"}),
         ("good,lru", "lru", {"good"}),
-        (None, "lru, good, redis, reflection, introspection, otel, jsonl, history, dbos", set()),
+        (
+            None,
+            "lru, good, redis, reflection, introspection, otel, jsonl, history, dbos, pii",
+            set(),
+        ),
     ],
 )
 def test_env_allow_and_deny_lists(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import os
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, TypeVar, overload
@@ -168,10 +169,12 @@ class Agent:
         )
         #: Reflections on this agent's prompts, oldest first (the last 1,000).
         self.reflection_history: list[ReflectionEntry] = []
-        #: Options declared by plugins (``register_agent_options``), by name.
+        #: Options declared by plugins (``register_agent_options``), by name: the
+        #: value given, else the option's default.
         self.options: dict[str, Any] = _check_options(options, owner)
         self._middleware: tuple[Layer, ...] = resolve(middleware, owner)
-        self._layers: tuple[int, tuple[Layer, ...], tuple[Layer, ...]] | None = None
+        # (the default layers it was merged with, the merged and sorted candidates)
+        self._layers: tuple[tuple[Layer, ...], tuple[Layer, ...]] | None = None
         self._client = client
         if client is not None and isinstance(client.api_key, str):
             register_secret(client.api_key)
@@ -180,9 +183,12 @@ class Agent:
         # Plugin-declared options read as attributes too (agent.spawnable, agent.history).
         if name.startswith("_"):
             raise AttributeError(name)
-        declared = get_plugin_manager().agent_options()
+        options = self.__dict__.get("options", {})
+        if name in options:
+            return options[name]
+        declared = get_plugin_manager().agent_options()  # a plugin registered since
         if name in declared:
-            return self.__dict__.get("options", {}).get(name, declared[name].default)
+            return declared[name].default
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @property
@@ -322,12 +328,11 @@ class Agent:
     def _candidates(self, overrides: PromptOverrides) -> tuple[Layer, ...]:
         defaults = default_layers()
         known = self._layers
-        if known is None or known[1] is not defaults:
-            known = self._layers = (0, defaults, merge(self._middleware, defaults))
+        if known is None or known[0] is not defaults:
+            known = self._layers = (defaults, merge(self._middleware, defaults))
         if overrides is NO_OVERRIDES or overrides.middleware is None:
-            return known[2]
-        extra = resolve(overrides.middleware, "PromptOverrides")
-        return merge(extra, known[2])
+            return known[1]
+        return merge(resolve(overrides.middleware, "PromptOverrides"), known[1])
 
     async def _execute(
         self,
@@ -355,11 +360,16 @@ class Agent:
 
 
 def _check_options(given: Mapping[str, Any], owner: str) -> dict[str, Any]:
-    """Plugin-declared options, each checked by the plugin that declared it."""
-    if not given:
-        return {}
-    declared = get_plugin_manager().agent_options()
-    checked: dict[str, Any] = {}
+    """Every option plugins declare: its default, or the given value its plugin checked."""
+    manager = get_plugin_manager()
+    declared = manager.agent_options()
+    for name in declared.keys() & _OWN_PARAMETERS:
+        # Agent's own parameter always takes the keyword: the option could never be set.
+        plugin = manager.owner("register_agent_options", name) or name
+        manager.report(
+            plugin, f"agent option {name!r} is a parameter of Agent itself; choose another name"
+        )
+    options = {name: record.default for name, record in declared.items()}
     for name, value in given.items():
         record = declared.get(name)
         if record is None:
@@ -368,8 +378,11 @@ def _check_options(given: Mapping[str, Any], owner: str) -> dict[str, Any]:
                 f"{', '.join(sorted(declared)) or 'none'} (is the plugin that provides it "
                 "installed and loaded?)"
             )
-        checked[name] = record.check(value, owner) if record.check is not None else value
-    return checked
+        options[name] = record.check(value, owner) if record.check is not None else value
+    return options
+
+
+_OWN_PARAMETERS = frozenset(inspect.signature(Agent.__init__).parameters) - {"self", "options"}
 
 
 def _as_prompt(prompt: Prompt[Any] | str) -> Prompt[Any]:

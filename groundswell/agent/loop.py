@@ -36,11 +36,32 @@ _PREVIEW = 2_000
 
 async def run_prompt(run: PromptRun, layers: Layers) -> PromptResult[Any]:
     """Run ``run`` through its layers: outer ``wrap_prompt`` layers, then each attempt."""
+    if not layers.outer_prompt:  # the common case: no layer to pass through
+        return await _attempt(run, layers)
 
     async def attempt() -> PromptResult[Any]:
         return await _attempt(run, layers)
 
-    return await _prompt_layers(layers.outer_prompt, 0, run, attempt)
+    retrying = [la.name for la in layers.outer_prompt if la.middleware.retries]
+    if not retrying or current_frame() is not None:
+        return await _prompt_layers(layers.outer_prompt, 0, run, attempt)
+    # Outside any run the attempts need one tree to share: a prompt node holds them.
+    tree, agent = run.tree, run.agent
+    root = tree.start_node(
+        NodeType.PROMPT, agent.name, None, payload={"agent": agent.name, "retried_by": retrying}
+    )
+    token = set_frame(Frame(tree, root))
+    try:
+        result = await _prompt_layers(layers.outer_prompt, 0, run, attempt)
+    except BaseException as exc:
+        tree.end_node_after(root, exc)
+        raise
+    finally:
+        reset_frame(token)
+    root.metrics["usage"] = dict(result.usage)
+    root.metrics["attempts"] = result.node.metrics.get("attempt", 1)
+    tree.end_node(root, NodeStatus.COMPLETED, output=result.output, record_output=True)
+    return result
 
 
 async def _prompt_layers(
@@ -62,18 +83,21 @@ async def _prompt_layers(
     try:
         return await layer.middleware.wrap_prompt(run, call_next)
     except Exception as exc:
-        raise _blame(layer, exc, passed) from None
+        if _own_failure(exc, passed):
+            raise _blame(layer, exc) from exc
+        raise
 
 
-def _blame(layer: Layer, exc: Exception, passed: list[BaseException]) -> Exception:
-    """``exc`` as the prompt's error: a middleware's own unexpected failure names it."""
-    if any(exc is seen for seen in passed) or isinstance(exc, GroundswellError):
-        return exc
-    error = PluginError(
+def _own_failure(exc: Exception, passed: list[BaseException]) -> bool:
+    """True for a middleware's own unexpected error (not one from deeper, nor a deliberate one)."""
+    return not isinstance(exc, GroundswellError) and not any(exc is seen for seen in passed)
+
+
+def _blame(layer: Layer, exc: Exception) -> PluginError:
+    """The prompt's error for a middleware's own failure: it names the middleware."""
+    return PluginError(
         f"agent middleware {layer.name!r} failed: {type(exc).__name__}: {exc}", plugin=layer.name
     )
-    error.__cause__ = exc
-    return error
 
 
 async def _attempt(run: PromptRun, layers: Layers) -> PromptResult[Any]:
@@ -91,6 +115,12 @@ async def _attempt(run: PromptRun, layers: Layers) -> PromptResult[Any]:
         payload["data"] = prompt.data
     payload.update(run.payload)
     outer = current_frame()
+    if outer is None and run.has_node:
+        raise ConfigurationError(
+            f"agent {agent.name!r}: a middleware ran the prompt again outside any run, where "
+            "the attempts have no node to share; set `retries = True` on the middleware "
+            "whose wrap_prompt calls call_next() more than once"
+        )
     node = tree.start_node(
         NodeType.PROMPT, agent.name, outer.node if outer else None, payload=payload
     )
@@ -107,11 +137,16 @@ async def _attempt(run: PromptRun, layers: Layers) -> PromptResult[Any]:
         for item in settings.get("tools") or ():
             run.tools.add(item)
 
-        async def turns() -> PromptResult[Any]:
-            return await _turns(run, layers)
+        if layers.inner_prompt:
 
-        result = await _prompt_layers(layers.inner_prompt, 0, run, turns)
-        await run.run_deferred()
+            async def turns() -> PromptResult[Any]:
+                return await _turns(run, layers)
+
+            result = await _prompt_layers(layers.inner_prompt, 0, run, turns)
+        else:
+            result = await _turns(run, layers)
+        if run.has_deferred:
+            await run.run_deferred()
     except BaseException as exc:
         node.metrics["usage"] = usage
         _record_system(run)
@@ -152,8 +187,13 @@ async def _turns(run: PromptRun, layers: Layers) -> PromptResult[Any]:
             try:
                 request = await layer.middleware.before_model(run, request)
             except Exception as exc:
-                raise _blame(layer, exc, []) from None
-        message = await _model_layers(layers.model, 0, run, request)
+                if _own_failure(exc, []):
+                    raise _blame(layer, exc) from exc
+                raise
+        if layers.model:
+            message = await _model_layers(layers.model, 0, run, request)
+        else:
+            message = await model_turn(run, request)
         content = [_block(b) for b in message.content]
         if content:  # the API rejects an empty assistant turn; consecutive user turns merge
             messages.append({"role": "assistant", "content": content})
@@ -203,7 +243,9 @@ async def _model_layers(chain: tuple[Layer, ...], i: int, run: PromptRun, reques
     try:
         return await layer.middleware.wrap_model_call(run, request, call_next)
     except Exception as exc:
-        raise _blame(layer, exc, passed) from None
+        if _own_failure(exc, passed):
+            raise _blame(layer, exc) from exc
+        raise
 
 
 async def model_turn(run: PromptRun, params: dict[str, Any]) -> Any:
@@ -308,7 +350,10 @@ async def tool_call(run: PromptRun, layers: Layers, block: dict[str, Any]) -> di
     call = ToolCall(name=name, input=tool_input, id=call_id, node=node, tool=handler)
     error: BaseException | None = None
     try:
-        content: Any = tool_result_content(await _tool_layers(layers.tool, 0, run, call))
+        if layers.tool:
+            content: Any = tool_result_content(await _tool_layers(layers.tool, 0, run, call))
+        else:
+            content = tool_result_content(await _run_tool(run, call))
     except asyncio.CancelledError:
         tree.end_node(node, NodeStatus.CANCELLED)
         raise

@@ -20,12 +20,13 @@ one attempt's node.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import ConfigurationError, GroundswellError, PluginError
-from ..plugins import get_plugin_manager
+from ..plugins import PluginManager, get_plugin_manager
 
 if TYPE_CHECKING:
     from .run import PromptResult, PromptRun, ToolCall
@@ -63,6 +64,9 @@ class Middleware:
 
     name: ClassVar[str] = ""
     order: ClassVar[int] = 500
+    #: True when ``wrap_prompt`` may call ``call_next()`` more than once (a retry):
+    #: outside any run, the kernel then gives the attempts one ``prompt`` node to share.
+    retries: ClassVar[bool] = False
 
     def active(self, run: PromptRun) -> bool:
         """Whether this middleware takes part in ``run`` (checked once per prompt; keep it cheap)."""
@@ -90,7 +94,7 @@ class Middleware:
 _SEAMS = ("wrap_prompt", "before_model", "wrap_model_call", "wrap_tool_call")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Layer:
     """One middleware in a chain, with the order and name it sorts by."""
 
@@ -127,11 +131,12 @@ class Layers:
     tool: tuple[Layer, ...]
 
 
-_chains: dict[tuple[int, ...], Layers] = {}
+# Keyed by the layers themselves (held, so never confused with later ones).
+_chains: dict[tuple[Layer, ...], Layers] = {}
 
 
 def _split(layers: Sequence[Layer]) -> Layers:
-    key = tuple(id(layer) for layer in layers)
+    key = tuple(layers)
     known = _chains.get(key)
     if known is not None:
         return known
@@ -147,7 +152,7 @@ def _split(layers: Sequence[Layer]) -> Layers:
         model=having("wrap_model_call"),
         tool=having("wrap_tool_call"),
     )
-    if len(_chains) > 4096:  # layer objects are long-lived; this only guards odd churn
+    if len(_chains) > 4096:  # instances passed per call make new layers: stay bounded
         _chains.clear()
     _chains[key] = made
     return made
@@ -155,65 +160,100 @@ def _split(layers: Sequence[Layer]) -> Layers:
 
 # -- resolving names and instances -------------------------------------------------
 
-# Registered middleware are made once per plugin set: (manager, generation, name) -> layer.
-_made: dict[tuple[int, int, str], Layer] = {}
-_defaults: tuple[int, int, tuple[Layer, ...]] | None = None
+
+class _Made:
+    """Middleware made for one plugin manager at one generation (plugins unchanged)."""
+
+    __slots__ = ("defaults", "generation", "layers")
+
+    def __init__(self, generation: int) -> None:
+        self.generation = generation
+        self.layers: dict[str, Layer] = {}
+        self.defaults: tuple[Layer, ...] | None = None
+
+
+# Keyed by the manager itself (weakly), so a new manager never sees an old one's.
+_made: weakref.WeakKeyDictionary[PluginManager, _Made] = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
 
 
-def _registered(name: str) -> Layer:
-    """The layer of the registered middleware ``name`` (its factory runs once)."""
-    manager = get_plugin_manager()
-    key = (id(manager), manager.generation, name)
-    layer = _made.get(key)
+def _for(manager: PluginManager) -> _Made:
+    made = _made.get(manager)
+    if made is None or made.generation != manager.generation:
+        made = _made[manager] = _Made(manager.generation)
+    return made
+
+
+class _NotMade(Exception):
+    """A registered middleware whose factory failed: what went wrong, and whose it is."""
+
+    def __init__(self, problem: str, owner: str, label: str) -> None:
+        super().__init__(problem)
+        self.problem, self.owner, self.label = problem, owner, label
+
+
+def _make(manager: PluginManager, name: str) -> Layer:
+    """The layer of the registered middleware ``name``; its factory runs once per plugin set."""
+    made = _for(manager)
+    layer = made.layers.get(name)
     if layer is not None:
         return layer
     record = manager.lookup("register_agent_middleware", name)
     with _lock:
-        layer = _made.get(key)
+        layer = made.layers.get(name)
         if layer is not None:
             return layer
+        owner = manager.owner("register_agent_middleware", name) or name
+        info = {i.name: i for i in manager.list_plugins(builtin=True)}.get(owner)
+        label = f"{owner} {info.version}" if info is not None and info.version else owner
         try:
-            made = record.factory()
+            instance = record.factory()
         except GroundswellError:
             raise
         except Exception as exc:
-            raise PluginError(
-                f"agent middleware {name!r} could not be made: {type(exc).__name__}: {exc}",
-                plugin=name,
-            ) from exc
-        if not isinstance(made, Middleware):
-            raise PluginError(
-                f"agent middleware {name!r}: its factory returned {type(made).__name__}, "
-                "not a groundswell.Middleware",
-                plugin=name,
+            problem = f"agent middleware {name!r} could not be made: {type(exc).__name__}: {exc}"
+            raise _NotMade(problem, owner, label) from exc
+        if not isinstance(instance, Middleware):
+            problem = (
+                f"agent middleware {name!r}: its factory returned {type(instance).__name__}, "
+                "not a groundswell.Middleware"
             )
-        layer = _made[key] = Layer.of(made, record.order, record.name)
+            raise _NotMade(problem, owner, label)
+        layer = made.layers[name] = Layer.of(instance, record.order, record.name)
     return layer
 
 
+def _registered(name: str) -> Layer:
+    """The layer of the registered middleware ``name``; `PluginError` naming its plugin if
+    it cannot be made."""
+    try:
+        return _make(get_plugin_manager(), name)
+    except _NotMade as exc:
+        raise PluginError(f"plugin {exc.label!r}: {exc.problem}", plugin=exc.owner) from (
+            exc.__cause__
+        )
+
+
 def default_layers() -> tuple[Layer, ...]:
-    """The layers of every ``default=True`` middleware, sorted."""
-    global _defaults
+    """The layers of every ``default=True`` middleware, sorted.
+
+    One that cannot be made is reported like a broken plugin (raised when
+    plugins are strict) and left out.
+    """
     manager = get_plugin_manager()
-    known = _defaults
-    generation = manager.generation
-    if known is not None and known[0] == id(manager) and known[1] == generation:
-        return known[2]
-    records = manager.agent_middleware()
+    made = _for(manager)
+    if made.defaults is not None:
+        return made.defaults
     layers: list[Layer] = []
-    for name, record in records.items():
+    for name, record in manager.agent_middleware().items():
         if not record.default:
             continue
         try:
-            layers.append(_registered(name))
-        except (PluginError, ConfigurationError) as exc:
-            # A broken default middleware is reported and skipped like a broken plugin.
-            owner = manager.owner("register_agent_middleware", name) or name
-            manager.report(owner, str(exc), exc)
-    made = tuple(sorted(layers, key=lambda la: la.key))
-    _defaults = (id(manager), generation, made)
-    return made
+            layers.append(_make(manager, name))
+        except _NotMade as exc:
+            manager.report(exc.owner, exc.problem, exc.__cause__)
+    made.defaults = tuple(sorted(layers, key=lambda la: la.key))
+    return made.defaults
 
 
 def resolve(items: Sequence[Any] | None, owner: str) -> tuple[Layer, ...]:
@@ -250,5 +290,16 @@ def merge(*groups: Sequence[Layer]) -> tuple[Layer, ...]:
 
 def layers_for(run: PromptRun, candidates: Sequence[Layer]) -> Layers:
     """The layers that take part in ``run``, split by seam."""
-    active = [layer for layer in candidates if layer.middleware.active(run)]
+    active: list[Layer] = []
+    for layer in candidates:
+        try:
+            if layer.middleware.active(run):
+                active.append(layer)
+        except GroundswellError:
+            raise
+        except Exception as exc:
+            raise PluginError(
+                f"agent middleware {layer.name!r} failed in active(): {type(exc).__name__}: {exc}",
+                plugin=layer.name,
+            ) from exc
     return _split(active)

@@ -285,19 +285,25 @@ class PromptRun:
 
     def begin_attempt(self, node: EventNode) -> None:
         """Start an attempt under ``node``: fresh settings, usage and conversation state."""
+        if self._node is not None:  # a retry: nothing of the failed attempt carries over
+            self.usage = {}
+            self.messages = []
+            self.tools = Toolbox()
+            self._deferred = []
+            self._continuation = None
         self._node = node
         self.settings = dict(self.base_settings)
-        self.usage = {}
-        self.messages = []
         self.system = self.settings.get("system")
-        self.tools = Toolbox()
-        self._deferred = []
-        self._continuation = None
 
     def pop_continuation(self) -> tuple[str, str] | None:
         """The pending `continue_with` (text, reason), cleared; ``None`` if there is none."""
         pending, self._continuation = self._continuation, None
         return pending
+
+    @property
+    def has_deferred(self) -> bool:
+        """True when `defer` collected actions for the current attempt."""
+        return bool(self._deferred)
 
     async def run_deferred(self) -> None:
         """Run the actions `defer` collected for the attempt that just succeeded."""

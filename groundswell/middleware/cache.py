@@ -24,6 +24,7 @@ from ..cache import (
     store_entry,
     through_cache,
 )
+from ..tools import tool_result_content
 
 __all__ = ["AnswerCache", "ToolResultCache"]
 
@@ -119,12 +120,11 @@ class ToolResultCache(Middleware):
         if chosen is None or call.name not in chosen[0]:
             return await call_next(call)
         policies, cache = chosen
+
+        async def content() -> Any:
+            # Stored as the content the model gets: JSON-safe whatever the tool returned.
+            return tool_result_content(await call_next(call))
+
         return await cached_tool_call(
-            policies[call.name],
-            call.name,
-            call.input,
-            lambda: call_next(call),
-            cache,
-            run.tree,
-            call.node,
+            policies[call.name], call.name, call.input, content, cache, run.tree, call.node
         )

@@ -25,8 +25,7 @@ from ..reflection import (
     resolve_config,
     retry_with_reflection,
 )
-from ..run_context import Frame, current_frame, reset_frame, set_frame
-from ..tree import NodeStatus, NodeType
+from ..run_context import current_frame
 
 __all__ = ["Reflection"]
 
@@ -39,6 +38,7 @@ class Reflection(Middleware):
 
     name = "reflection"
     order = 100
+    retries = True
 
     def active(self, run: PromptRun) -> bool:
         config, level = _config_for(run)
@@ -49,25 +49,7 @@ class Reflection(Middleware):
 
     async def wrap_prompt(self, run: PromptRun, call_next: PromptNext) -> PromptResult[Any]:
         config, level = run.scratch[_KEY]
-        if current_frame() is not None:
-            return await _attempts(run, call_next, config, level)
-        # Outside any run the attempts need one tree to share: a prompt node holds them.
-        tree, agent = run.tree, run.agent
-        root = tree.start_node(
-            NodeType.PROMPT, agent.name, None, payload={"agent": agent.name, "reflection": level}
-        )
-        token = set_frame(Frame(tree, root))
-        try:
-            result = await _attempts(run, call_next, config, level)
-        except BaseException as exc:
-            tree.end_node_after(root, exc)
-            raise
-        finally:
-            reset_frame(token)
-        root.metrics["usage"] = dict(result.usage)
-        root.metrics["attempts"] = result.node.metrics.get("attempt", 1)
-        tree.end_node(root, NodeStatus.COMPLETED, output=result.output, record_output=True)
-        return result
+        return await _attempts(run, call_next, config, level)
 
 
 def _config_for(run: PromptRun) -> tuple[ReflectionConfig | None, Level]:

@@ -1,11 +1,13 @@
-"""Tests for the example sink, driven through a real workflow run."""
+"""Tests for the example plugin, driven through a real workflow run and a real agent."""
 
 from __future__ import annotations
 
-from groundswell_example_sink import TallySink, register_event_sinks
+import pytest
+from groundswell_example_sink import TallySink, Timing, register_event_sinks
 
 import groundswell
-from groundswell import workflow
+from groundswell import Agent, workflow
+from groundswell.testing import FakeAnthropicAPI, text, tool_use
 
 
 async def test_tally_counts_finished_nodes() -> None:
@@ -45,5 +47,32 @@ def test_groundswell_finds_the_installed_entry_point() -> None:
     manager.load_entrypoints()
     info = next(i for i in manager.list_plugins() if i.name == "example-sink")
     assert info.ok and info.distribution == "groundswell-example-sink"
-    assert info.hooks == ["register_event_sinks"]
-    assert manager.provides()["example-sink"] == {"register_event_sinks": ["tally"]}
+    assert info.hooks == ["register_agent_middleware", "register_event_sinks"]
+    assert manager.provides()["example-sink"] == {
+        "register_agent_middleware": ["timing"],
+        "register_event_sinks": ["tally"],
+    }
+    record = manager.agent_middleware()["timing"]
+    assert (record.order, record.default) == (500, False)
+
+
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+@pytest.mark.parametrize("middleware", ["timing", Timing()], ids=["by-name", "instance"])
+async def test_timing_records_where_a_prompt_spent_its_time(middleware: object) -> None:
+    fake = FakeAnthropicAPI([tool_use("add", {"a": 1, "b": 2}), text("3")])
+    # By name, the installed entry point's record; or an instance, passed directly.
+    agent = Agent(name="calc", tools=[add], middleware=[middleware], client=fake.client())
+    result = await agent.run("1 + 2?")
+    (event,) = [e for e in result.node.events if e["type"] == "timing"]
+    assert event["total_ms"] >= event["model_ms"] > 0
+    assert event["tools_ms"] > 0
+
+
+async def test_agents_without_it_are_not_timed() -> None:
+    fake = FakeAnthropicAPI([text("hi")])
+    result = await Agent(name="plain", client=fake.client()).run("hello")
+    assert not [e for e in result.node.events if e["type"] == "timing"]

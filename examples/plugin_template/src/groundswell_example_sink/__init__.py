@@ -1,4 +1,4 @@
-"""An example Groundswell plugin: the ``tally`` event sink."""
+"""An example Groundswell plugin: the ``tally`` event sink and the ``timing`` middleware."""
 
 from __future__ import annotations
 
@@ -7,9 +7,11 @@ import os
 import threading
 from collections import Counter
 
-from groundswell import Event, EventSink, hookimpl
+from groundswell import AgentMiddleware, Event, EventSink, hookimpl
 
-__all__ = ["TallySink"]
+from .timing import Timing
+
+__all__ = ["TallySink", "Timing"]
 
 
 class TallySink:
@@ -35,4 +37,12 @@ class TallySink:
 def register_event_sinks() -> EventSink:
     return EventSink(
         name="tally", factory=TallySink, description="Counts nodes by type and status."
+    )
+
+
+@hookimpl
+def register_agent_middleware() -> AgentMiddleware:
+    # Opt-in (default=False): agents ask for it with Agent(middleware=["timing"]).
+    return AgentMiddleware(
+        "timing", Timing, Timing.order, description="Milliseconds in the model and in tools."
     )

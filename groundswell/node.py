@@ -1,0 +1,354 @@
+"""One node of the event tree: its type and status, its JSON record, its one-line label.
+
+`EventNode` is what a workflow, step, prompt or tool call leaves in the tree;
+`EventTree` (in ``tree``) links the nodes. The record functions turn a node into
+the dicts of the event log and back, checking every field of a record read from
+a file; the label functions give the line ``render()`` and the renderer draw.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from enum import StrEnum
+from typing import Any, TypeGuard
+
+from ._serialize import scrub
+
+__all__ = ["FINAL_STATUSES", "EventNode", "NodeStatus", "NodeType"]
+
+
+class NodeType(StrEnum):
+    """What a node stands for."""
+
+    WORKFLOW = "workflow"
+    STEP = "step"
+    PROMPT = "prompt"
+    MODEL_CALL = "model_call"
+    TOOL_CALL = "tool_call"
+    MCP_CALL = "mcp_call"
+    REFLECTION = "reflection"
+    SPAWN = "spawn"
+    BUDGET = "budget"
+    EXTRACTION = "extraction"
+    SUMMARY = "summary"
+
+
+class NodeStatus(StrEnum):
+    """Where a node is in its life; ``revised`` marks a prompt replaced by a later one."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    REVISED = "revised"
+
+
+FINAL_STATUSES = frozenset(
+    {NodeStatus.COMPLETED, NodeStatus.FAILED, NodeStatus.CANCELLED, NodeStatus.REVISED}
+)
+
+#: A node's attributes, in the order of its record (`EventTree.find` accepts these).
+NODE_FIELDS = (
+    "id",
+    "type",
+    "name",
+    "status",
+    "timestamp",
+    "ended_at",
+    "parent_id",
+    "payload",
+    "metrics",
+    "events",
+    "error",
+)
+_SLOTS = tuple(f for f in NODE_FIELDS if f != "events")
+
+
+def _new_id() -> str:
+    # 64 random bits: unique across processes and machines, and about 5x cheaper than uuid4().
+    return os.urandom(8).hex()
+
+
+class EventNode:
+    """One thing that happened in a run, with its children in start order.
+
+    ``timestamp`` and ``ended_at`` are Unix times in seconds; ``metrics["duration"]``
+    is the node's wall time in seconds. ``payload`` holds JSON-safe inputs and
+    outputs, ``events`` the point-in-time happenings (``{"type": ..., "timestamp":
+    ..., **data}``), ``error`` the failure (``{"type", "message"}``) if any.
+    """
+
+    # children and events are created on first use: most nodes are leaves without
+    # events, and two fewer GC-tracked lists per node halves the cost of big trees.
+    __slots__ = (*_SLOTS, "_children", "_events", "_t0")
+
+    def __init__(
+        self,
+        type: NodeType | str,
+        name: str,
+        *,
+        id: str | None = None,
+        parent_id: str | None = None,
+        status: NodeStatus | str = NodeStatus.RUNNING,
+        timestamp: float | None = None,
+        payload: dict[str, Any] | None = None,
+    ) -> None:
+        self.id: str = id or _new_id()
+        # Enum lookups by value are slow; skip them for values that are already members.
+        self.type: NodeType = type if type.__class__ is NodeType else NodeType(type)
+        self.name: str = name
+        self.status: NodeStatus = status if status.__class__ is NodeStatus else NodeStatus(status)
+        self.timestamp: float = time.time() if timestamp is None else timestamp
+        self.ended_at: float | None = None
+        self.parent_id: str | None = parent_id
+        self._children: list[EventNode] | None = None
+        self.payload: dict[str, Any] = payload if payload is not None else {}
+        self.metrics: dict[str, Any] = {}
+        self._events: list[dict[str, Any]] | None = None
+        self.error: dict[str, Any] | None = None
+        self._t0: float = time.perf_counter()
+
+    @property
+    def children(self) -> list[EventNode]:
+        """Child nodes in start order."""
+        kids = self._children
+        if kids is None:
+            kids = self._children = []
+        return kids
+
+    @property
+    def events(self) -> list[dict[str, Any]]:
+        """Point-in-time events recorded on this node, oldest first."""
+        events = self._events
+        if events is None:
+            events = self._events = []
+        return events
+
+    @events.setter
+    def events(self, value: list[dict[str, Any]]) -> None:
+        self._events = value
+
+    @property
+    def duration(self) -> float | None:
+        """Wall time in seconds, or ``None`` while the node is still running."""
+        value = self.metrics.get("duration")
+        return float(value) if _is_number(value) else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """This node as a flat, JSON-safe dict; children appear as a list of ids."""
+        return {
+            "id": self.id,
+            "type": self.type.value,
+            "name": self.name,
+            "status": self.status.value,
+            "timestamp": self.timestamp,
+            "ended_at": self.ended_at,
+            "parent_id": self.parent_id,
+            "payload": self.payload,
+            "metrics": self.metrics,
+            "events": self._events if self._events is not None else [],
+            "error": self.error,
+            "children": [c.id for c in self._children] if self._children else [],
+        }
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, EventNode):
+            return NotImplemented
+        return self.to_dict() == other.to_dict()
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, compared by value
+
+    def __gs_jsonable__(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "type": self.type.value,
+            "name": self.name,
+            "status": self.status.value,
+        }
+
+    def __repr__(self) -> str:
+        return f"EventNode({self.type.value} {self.name!r} {self.status.value} id={self.id})"
+
+
+# The tree reads a node's lazily created lists through these, so that walking or
+# saving a tree never creates an empty list on every leaf.
+
+
+def child_nodes(node: EventNode) -> Sequence[EventNode]:
+    """``node.children``, without creating the list of a leaf."""
+    return node._children or ()
+
+
+def recorded_events(node: EventNode) -> Sequence[dict[str, Any]]:
+    """``node.events``, without creating the list of a node that has none."""
+    return node._events or ()
+
+
+def elapsed(node: EventNode) -> float:
+    """Seconds since ``node`` was created, on the monotonic clock (its duration when it ends)."""
+    return time.perf_counter() - node._t0
+
+
+# -- records ---------------------------------------------------------------------
+
+
+def start_record(node: EventNode) -> dict[str, Any]:
+    """The data of a ``node_start`` event: the node's `to_dict` record, without children."""
+    # Copies, not the node's live containers: the node keeps changing after this event.
+    record = node.to_dict()
+    record["payload"] = dict(node.payload)
+    record["metrics"] = dict(node.metrics)
+    record["events"] = list(node._events or ())
+    record["children"] = []
+    return record
+
+
+def end_record(node: EventNode) -> dict[str, Any]:
+    """The data of a ``node_end`` event: what a node has when it ends."""
+    return {
+        "id": node.id,
+        "status": node.status.value,
+        "ended_at": node.ended_at,
+        "metrics": dict(node.metrics),
+        "payload": dict(node.payload),
+        "error": node.error,
+    }
+
+
+def node_from_record(record: Any) -> EventNode:
+    """A node from its `to_dict` record; ``ValueError`` naming what is malformed."""
+    if not isinstance(record, dict):
+        raise ValueError(f"a node record should be an object, got {record!r:.40}")
+    try:
+        node = EventNode(
+            record_field(record, "type", str, required=True),
+            record_field(record, "name", str, required=True),
+            id=record_field(record, "id", str, required=True),
+            parent_id=record_field(record, "parent_id", str),
+            status=record_status(record.get("status", NodeStatus.RUNNING.value)),
+            timestamp=record_field(record, "timestamp", (int, float), required=True),
+            payload=dict(record_field(record, "payload", dict) or {}),
+        )
+        node.ended_at = record_field(record, "ended_at", (int, float))
+        node.metrics = dict(record_field(record, "metrics", dict) or {})
+        events = record_field(record, "events", list)
+        if events:
+            node.events = list(events)
+        node.error = record_field(record, "error", dict)
+    except ValueError as exc:
+        raise ValueError(f"malformed node record {record.get('id', '?')!r}: {exc}") from None
+    return node
+
+
+def record_field(record: dict[str, Any], key: str, kind: Any, *, required: bool = False) -> Any:
+    """``record[key]`` when it has type ``kind`` (or is absent/None and not required)."""
+    value = record.get(key)
+    if value is None:
+        if required:
+            raise ValueError(f"{key!r} is missing")
+        return None
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        expected = " or ".join(dict.fromkeys(_JSON_NAMES.get(k, k.__name__) for k in kinds))
+        raise ValueError(f"{key!r} should be {expected}, got {value!r:.40}")
+    return value
+
+
+_JSON_NAMES = {
+    str: "a string",
+    int: "a number",
+    float: "a number",
+    dict: "an object",
+    list: "a list",
+}
+
+
+def record_status(value: Any) -> NodeStatus:
+    """A record's ``status`` as a `NodeStatus`; ``ValueError`` listing the known ones."""
+    try:
+        return NodeStatus(value)
+    except ValueError:
+        known = ", ".join(s.value for s in NodeStatus)
+        raise ValueError(f"unknown status {value!r:.40} (expected one of {known})") from None
+
+
+# -- labels ----------------------------------------------------------------------
+
+
+_MARKS = {
+    NodeStatus.COMPLETED: "✓",
+    NodeStatus.FAILED: "✗",
+    NodeStatus.CANCELLED: "⊘",
+    NodeStatus.REVISED: "↺",
+    NodeStatus.RUNNING: "…",
+    NodeStatus.PENDING: "·",
+}
+
+
+_STATUS_STYLE = {
+    NodeStatus.COMPLETED: "green",
+    NodeStatus.FAILED: "bold red",
+    NodeStatus.CANCELLED: "yellow",
+    NodeStatus.REVISED: "magenta",
+    NodeStatus.RUNNING: "cyan",
+    NodeStatus.PENDING: "dim",
+}
+
+
+def label_parts(node: EventNode) -> list[tuple[str, str]]:
+    """A node's one-line label as ``(text, style)`` pieces (style names are rich's)."""
+    status = node.status
+    parts = [
+        (_MARKS[status], _STATUS_STYLE[status]),
+        (node.type.value, "dim"),
+        (node.name, "bold"),
+    ]
+    # Metrics may come from a file written by anything: draw only well-typed ones.
+    duration = node.metrics.get("duration")
+    if _is_number(duration):
+        parts.append((f"{duration * 1000:.1f}ms", "blue"))
+    if status is not NodeStatus.COMPLETED:
+        parts.append((status.value, _STATUS_STYLE[status]))
+    attempt = node.metrics.get("attempt")
+    if isinstance(attempt, int) and node.type in (NodeType.STEP, NodeType.PROMPT):
+        parts.append((f"attempt {attempt}", "yellow" if attempt > 1 else "dim"))
+    usage = node.metrics.get("usage")
+    if isinstance(usage, dict) and usage:
+        tokens = f"{usage.get('input_tokens', 0)}→{usage.get('output_tokens', 0)} tok"
+        cached = usage.get("cache_read_input_tokens")
+        if cached:
+            tokens += f" ({cached} cached)"
+        parts.append((tokens, "cyan"))
+    before, after = node.metrics.get("tokens_before"), node.metrics.get("tokens_after")
+    if isinstance(before, int):
+        shrunk = f"{before}→{after} tok" if isinstance(after, int) else f"{before} tok"
+        parts.append((shrunk, "cyan"))
+    if "cache" in node.metrics:
+        hit = node.metrics["cache"] == "hit"
+        parts.append(("⚡ cache hit" if hit else "cache miss", "bold magenta" if hit else "dim"))
+    if node.metrics.get("recovered"):
+        parts.append(("↺ recovered", "bold green"))
+    if node.error:
+        error = node.error if isinstance(node.error, dict) else {"message": node.error}
+        message = scrub(str(error.get("message", "")))[:80]
+        parts.append((f"{error.get('type', 'error')}: {message}", "red"))
+    return parts
+
+
+def _is_number(value: Any) -> TypeGuard[float]:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def label_separator(index: int) -> str:
+    """What goes before piece ``index`` of a label: mark, type and name read as one phrase."""
+    return " " if index < 3 else "  "
+
+
+def label(node: EventNode) -> str:
+    """A node's one-line label as plain text (a line of ``EventTree.render``)."""
+    return "".join(
+        (label_separator(i) if i else "") + text for i, (text, _) in enumerate(label_parts(node))
+    )
