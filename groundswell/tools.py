@@ -12,6 +12,7 @@ import base64
 import hashlib
 import inspect
 import json
+import math
 import os
 import re
 import typing
@@ -36,6 +37,7 @@ __all__ = [
     "ToolContext",
     "ToolFailed",
     "ToolHandler",
+    "check_timeout",
     "tool_error_text",
     "tool_for",
     "tool_result_content",
@@ -71,6 +73,22 @@ class ToolFailed(ToolError):
     def __init__(self, content: str) -> None:
         super().__init__(content)
         self.content = content
+
+
+def check_timeout(value: Any, owner: str) -> float | None:
+    """``value`` as a tool timeout in seconds (``None`` for none); `ConfigurationError` if bad."""
+    if value is None:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise ConfigurationError(
+            f"{owner}: timeout must be a number of seconds > 0 (or None), got {value!r}"
+        )
+    return float(value)
 
 
 def tool_error_text(exc: BaseException) -> str:
@@ -125,6 +143,9 @@ class Tool:
     docstring (first paragraph as description, ``Args:`` entries per argument).
     A parameter annotated `ToolContext` is filled in by the agent and
     left out of the schema. Sync functions run in a worker thread.
+    ``timeout`` (seconds) bounds one call: a call over it is an ``is_error``
+    result for the model (a sync function's thread cannot be stopped and
+    finishes in the background).
     """
 
     node_type = NodeType.TOOL_CALL
@@ -138,6 +159,7 @@ class Tool:
         input_schema: dict[str, Any] | None = None,
         cache: Any = None,
         toolset: str | None = None,
+        timeout: float | None = None,
     ) -> None:
         if not callable(fn):
             raise ToolError(f"a tool needs a callable, got {type(fn).__name__}")
@@ -151,6 +173,8 @@ class Tool:
         self.cache = cache
         #: The named toolset this tool belongs to (recorded on its tool-call nodes).
         self.toolset = toolset
+        #: Seconds one call may take (``None``: the agent's ``tool_timeout``, if any).
+        self.timeout = check_timeout(timeout, f"Tool {getattr(fn, '__name__', fn)!r}")
         self.name: str = name or str(getattr(fn, "__name__", ""))
         if not _NAME.match(self.name):
             raise ToolError(

@@ -27,7 +27,7 @@ from ..plugins import get_plugin_manager
 from ..prompt import NO_OVERRIDES, Prompt, PromptOverrides
 from ..reflection import ReflectionConfig, ReflectionEntry, resolve_config
 from ..run_context import Frame, current_frame, new_run_tree, reset_frame, set_frame
-from ..tools import register_mcp_secrets
+from ..tools import check_timeout, register_mcp_secrets
 from ..tree import NodeStatus, NodeType
 from .loop import run_prompt
 from .middleware import Layer, default_layers, layers_for, merge, resolve
@@ -50,7 +50,8 @@ class Agent:
     ``top_p``, ``top_k``, ``stop_sequences``, ``metadata``, ``thinking``,
     ``betas``, ``container``, ``service_tier``, ``extra_headers``,
     ``extra_body``), plus ``mcps``, ``skills``, ``hooks``, ``env`` and
-    ``max_turns``. ``token_budget`` (a `TokenBudget`) caps
+    ``max_turns``. ``tool_timeout`` (seconds) bounds every tool call that sets
+    no ``Tool(timeout=...)`` of its own. ``token_budget`` (a `TokenBudget`) caps
     the input of every model turn. ``cache`` (a backend name or a `Cache`)
     or ``enable_cache=True`` (the default backend) caches whole answers;
     ``tool_cache`` maps tool names to a `ToolCachePolicy`.
@@ -92,6 +93,7 @@ class Agent:
         extra_headers: Mapping[str, str] | None = None,
         extra_body: Mapping[str, Any] | None = None,
         max_turns: int = 20,
+        tool_timeout: float | None = None,
         token_budget: TokenBudget | None = None,
         cache: str | Cache | None = None,
         enable_cache: bool = False,
@@ -149,6 +151,7 @@ class Agent:
             "hooks": dict(hooks or {}),
             "env": dict(env or {}),
             "max_turns": max_turns,
+            "tool_timeout": check_timeout(tool_timeout, owner),
             "token_budget": check_budget(token_budget, owner),
             # True means "the default backend" (the workflow's, else GROUNDSWELL_CACHE, else lru).
             "cache": cache if cache is not None else (True if enable_cache else None),

@@ -354,10 +354,16 @@ async def tool_call(run: PromptRun, layers: Layers, block: dict[str, Any]) -> di
             content: Any = tool_result_content(await _tool_layers(layers.tool, 0, run, call))
         else:
             content = tool_result_content(await _run_tool(run, call))
-    except asyncio.CancelledError:
+    except asyncio.CancelledError as exc:
+        if _run_cancelled():
+            tree.end_node(node, NodeStatus.CANCELLED)
+            raise
+        # The tool's own cancellation (say, of something it awaited): a tool error.
+        content, error = tool_error_text(exc), exc
+    except KeyboardInterrupt:
         tree.end_node(node, NodeStatus.CANCELLED)
         raise
-    except Exception as exc:  # the tool, or a middleware around it: the model sees it
+    except BaseException as exc:  # the tool or a middleware around it; SystemExit too
         content = tool_error_text(exc)
         error = ToolError(content) if isinstance(exc, ToolFailed) else exc
     finally:
@@ -386,6 +392,12 @@ async def tool_call(run: PromptRun, layers: Layers, block: dict[str, Any]) -> di
         )
     )
     return result
+
+
+def _run_cancelled() -> bool:
+    """True when the task running the prompt is being cancelled (not just a tool's await)."""
+    task = asyncio.current_task()
+    return task is None or task.cancelling() > 0
 
 
 async def _tool_layers(chain: tuple[Layer, ...], i: int, run: PromptRun, call: ToolCall) -> Any:

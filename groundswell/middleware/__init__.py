@@ -20,6 +20,7 @@ mcp         250    local MCP servers as tools, remote ones sent
 budget      260    token budgets before every model turn
 cache       300    the answer cache (a hit skips the model)
 tool_cache  310    per-tool result caching
+tool_timeout 320   a deadline on each tool call
 ==========  =====  ====================================================
 """
 
@@ -44,6 +45,7 @@ DEFAULT_MIDDLEWARE: tuple[tuple[str, int, str, str, str], ...] = (
     ("budget", 260, "budget", "Budget", "token budgets"),
     ("cache", 300, "cache", "AnswerCache", "the answer cache"),
     ("tool_cache", 310, "cache", "ToolResultCache", "tool-result caching"),
+    ("tool_timeout", 320, "tool_timeout", "ToolTimeout", "a deadline on each tool call"),
 )
 
 

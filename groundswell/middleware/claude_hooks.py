@@ -147,9 +147,9 @@ async def _tool_call(
     about = {"tool_name": name, "tool_input": call.input, "tool_use_id": call_id}
     try:
         content = tool_result_content(await call_next(call))
-    except asyncio.CancelledError:
+    except (asyncio.CancelledError, KeyboardInterrupt):
         raise
-    except Exception as exc:
+    except BaseException as exc:  # SystemExit from a tool is a failure like any other
         await runner.run(
             "PostToolUseFailure",
             {**about, "error": tool_error_text(exc)},
