@@ -1,7 +1,9 @@
-"""JSON-safe snapshots of user values, with secrets redacted.
+"""JSON-safe snapshots of user values, with registered secrets redacted.
 
 Everything the tree records (payloads, state snapshots, errors) passes through
-`jsonable`, so a tree always serializes and never holds a secret.
+`jsonable`, so a tree always serializes and never holds a registered secret
+or a ``SecretStr``. What leaves the process goes through the whole scrubber
+(``_scrub``): `redact` here, or `scrub_json` on the tree's own JSON.
 """
 
 from __future__ import annotations
@@ -11,91 +13,54 @@ import dataclasses
 import datetime as dt
 import decimal
 import enum
-import re
-import threading
 import uuid
 from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel, SecretBytes, SecretStr
 
-REDACTED = "**********"
-# Keys whose values are credentials whatever they hold: redacted by `redact`.
-# "token" alone is a credential; "input_tokens" or "max_tokens" are counts.
-SECRET_KEY = re.compile(
-    r"(api[_-]?key|secret|token(?!s|_count|izer)|password|passwd|authorization|credential"
-    r"|private[_-]?key|cookie|session[_-]?id)",
-    re.IGNORECASE,
-)
+from ._scrub import REDACTED, is_secret_key, register_secret, replace_registered, scrub, scrub_json
+
 MAX_STRING = 10_000
 MAX_ITEMS = 1_000
 MAX_DEPTH = 32
 
-_secrets: tuple[str, ...] = ()
-_secrets_lock = threading.Lock()
-
-
-def register_secret(value: str) -> None:
-    """Scrub ``value`` from every string the tree records from now on (API keys, env values)."""
-    # Very short values would redact ordinary words; they are not secrets worth hiding.
-    global _secrets
-    if isinstance(value, str) and len(value) >= 6 and value not in _secrets:
-        with _secrets_lock:
-            # Longest first, so a secret containing another is replaced whole.
-            _secrets = tuple(sorted({*_secrets, value}, key=len, reverse=True))
-
-
-def scrub(text: str) -> str:
-    """Replace every registered secret inside ``text`` with the redaction marker.
-
-    Unlike `redact`, it leaves text of any length whole and touches nothing
-    else; ``scrub(text) != text`` tells whether ``text`` holds a registered secret.
-    """
-    for secret in _secrets:  # an immutable tuple: safe to read while another thread adds
-        if secret in text:
-            text = text.replace(secret, REDACTED)
-    return text
-
-
-def is_secret_key(name: str) -> bool:
-    """Whether a key or attribute name looks like it holds a credential (``api_key``, ``*token``)."""
-    return SECRET_KEY.search(name) is not None
+__all__ = [
+    "error_record",
+    "is_secret_key",
+    "jsonable",
+    "redact",
+    "register_secret",
+    "scrub",
+]
 
 
 def redact(value: Any) -> Any:
-    """A JSON-safe copy of ``value`` with secrets removed, for anything leaving the process.
+    """A JSON-safe copy of ``value`` with every secret removed, for anything leaving the process.
 
-    Registered secrets (API keys, ``env`` values, `register_secret`) are
-    replaced inside every string, and the value under any secret-looking key
-    (``api_key``, ``password``, ``authorization``, ``*token*``...) is replaced
-    whole. Use it before sending tree data to spans, logs or stores.
+    Values JSON has no form for go through `jsonable` (models, dataclasses,
+    ``SecretStr``...); everything then goes through the one scrubber every
+    output uses: registered secrets, secret environment
+    values, credential shapes and ``name=value`` secrets inside every string
+    (`scrub`), and the whole value under any secret-named key
+    (`is_secret_key`: ``api_key``, ``password``, ``authorization``,
+    ``*_TOKEN``...). Numbers stay numbers; ``token_usage`` or ``session_id``
+    are not secret names.
     """
-    return _redact_keys(jsonable(value))
-
-
-def _redact_keys(value: Any) -> Any:
-    # jsonable() already bounded depth and size, so this walk is bounded too.
-    if isinstance(value, dict):
-        return {k: REDACTED if SECRET_KEY.search(k) else _redact_keys(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_redact_keys(v) for v in value]
-    return value
+    return scrub_json(value, convert=jsonable)
 
 
 def _truncate(text: str) -> str:
+    # Only the registered secrets here: this runs for every string of every
+    # payload. The outputs run the whole scrubber (`redact`, `scrub_json`).
+    text = replace_registered(text)
     if len(text) <= MAX_STRING:
-        for secret in _secrets:
-            if secret in text:
-                return scrub(text)
         return text
-    text = scrub(text)
-    if len(text) > MAX_STRING:
-        return f"{text[:MAX_STRING]}…[truncated {len(text) - MAX_STRING} chars]"
-    return text
+    return f"{text[:MAX_STRING]}…[truncated {len(text) - MAX_STRING} chars]"
 
 
 def jsonable(value: Any, _depth: int = 0) -> Any:
-    """Return a JSON-safe copy of ``value``: secrets redacted, long strings truncated.
+    """Return a JSON-safe copy of ``value``: registered secrets redacted, long strings truncated.
 
     Pydantic models and dataclasses become dicts, sets become sorted lists, bytes
     become base64, datetimes ISO 8601 strings; objects with a ``__gs_jsonable__()``

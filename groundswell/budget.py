@@ -21,13 +21,14 @@ the budget itself and the strategies' pure parts; the ``budget`` middleware
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping, Sequence
 from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .errors import ConfigurationError
-from .tokens import Counter, known_counter
+from .tokens import COUNTER_ENV, Counter, known_counter
 
 __all__ = [
     "STRATEGIES",
@@ -130,12 +131,16 @@ class TokenBudget:
                 "counter must be a registered counter name (e.g. 'estimate', 'anthropic') "
                 f"or an object with async count(request), got {type(self.counter).__name__}"
             )
-        if isinstance(self.counter, str):
-            names = known_counter(self.counter)
+        # Without a counter of its own the budget counts with the process default:
+        # a GROUNDSWELL_TOKEN_COUNTER naming nothing fails here, not at the first prompt.
+        chosen = self.counter if self.counter is not None else os.environ.get(COUNTER_ENV)
+        if isinstance(chosen, str) and chosen:
+            names = known_counter(chosen)
             if names is not None:
+                source = "" if self.counter is not None else f" ({COUNTER_ENV})"
                 raise bad(
-                    f"no token counter named {self.counter!r}; available: {names}. Install or "
-                    "enable the plugin that provides it"
+                    f"no token counter named {chosen!r}{source}; available: {names}. Install "
+                    "or enable the plugin that provides it"
                 )
 
     def input_limit(self, max_tokens: int) -> int:

@@ -9,12 +9,25 @@ included), remote MCP servers (their tokens left out), skills and container,
 ``thinking``, ``tool_choice``, ``output_config`` (so the response schema), any
 other pass-through field, and a format version so a change of key format
 never reads stale entries. Headers and ``env`` are never part of a key.
+
+Every backend call the kernel makes has a deadline, and a backend that keeps
+failing is skipped for a while (a circuit breaker per backend instance), so a
+hung or unreachable cache costs a prompt at most one deadline per operation,
+and nothing once it is skipped. Failures are ``cache_error`` events on the
+node, skips ``cache_skipped`` events, and each outage is logged once on the
+``groundswell.cache`` logger, with "works again" when it ends. The settings
+(environment, read when a backend is first used): ``GROUNDSWELL_CACHE_TIMEOUT_S``
+(``get``/``set``), ``GROUNDSWELL_CACHE_BUST_TIMEOUT_S`` (`invalidate`),
+``GROUNDSWELL_CACHE_SKIP_AFTER`` (failures in a row) and
+``GROUNDSWELL_CACHE_SKIP_FOR_S``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
+import logging
 import os
 import threading
 import time
@@ -23,6 +36,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from ._canonical import canonical_json
+from ._serialize import redact
+from .cache_guard import Unavailable, guard_for
 from .errors import ConfigurationError
 from .hookspecs import CacheBackend
 from .plugins import get_plugin_manager
@@ -49,6 +64,7 @@ __all__ = [
 ]
 
 KEY_VERSION = 1
+logger = logging.getLogger("groundswell.cache")
 # Sent to the API but never part of what the answer depends on; headers may hold secrets.
 _NOT_IN_KEY = {"extra_headers", "stream"}
 _SECRET_FIELDS = {"authorization_token"}
@@ -158,6 +174,18 @@ def get_cache(name: str | None = None) -> Cache:
         return _instances[chosen]
 
 
+def _label(cache: Cache) -> str:
+    """How logs and events name a backend: its registered name, class and address."""
+    name = next((n for n, c in _instances.items() if c is cache), None)
+    kind = type(cache).__name__
+    try:
+        where = cache.metrics().get("url")
+    except Exception:
+        where = None
+    detail = f"{kind} at {redact(str(where))}" if where else kind
+    return f"{name!r} ({detail})" if name else detail
+
+
 _inflight: dict[tuple[int, int, str], asyncio.Future[Any]] = {}
 
 
@@ -182,10 +210,11 @@ async def through_cache(
 
     Concurrent calls with the same key share one ``produce()`` (in-flight
     dedupe). A failed ``produce()`` is never stored; with ``defer``, storing is
-    handed to it (to happen only once the caller's whole work succeeded). A cache that raises is
-    treated as a miss and recorded as a ``cache_error`` event: it never fails
-    the run. The node gets ``metrics["cache"]`` (``"hit"`` / ``"miss"``) and a
-    ``cache_hit`` event with ``key`` and ``age_s`` on a hit.
+    handed to it (to happen only once the caller's whole work succeeded). A
+    cache that raises or misses its deadline is treated as a miss and recorded
+    as a ``cache_error`` event, one being skipped as a ``cache_skipped`` event:
+    it never fails the run. The node gets ``metrics["cache"]`` (``"hit"`` /
+    ``"miss"``) and a ``cache_hit`` event with ``key`` and ``age_s`` on a hit.
     """
     loop = asyncio.get_running_loop()
     slot = (id(loop), id(cache), key)
@@ -200,13 +229,12 @@ async def through_cache(
     future.add_done_callback(lambda f: f.cancelled() or f.exception())
     _inflight[slot] = future
     try:
+        guard = guard_for(cache, functools.partial(_label, cache))
         try:
-            entry = await cache.get(key)
-        except Exception as exc:
+            entry = await guard.call("get", functools.partial(cache.get, key), guard.timeout_s)
+        except Unavailable as exc:
             entry = None
-            tree.add_event(
-                node, "cache_error", key=key, operation="get", error=f"{type(exc).__name__}: {exc}"
-            )
+            exc.record(tree, node, key)
         if isinstance(entry, Mapping) and "value" in entry:
             try:
                 result = decode(entry["value"])
@@ -246,13 +274,14 @@ async def through_cache(
 async def store_entry(
     cache: Cache, key: str, encoded: Any, tree: EventTree, node: EventNode, ttl: float | None = None
 ) -> None:
-    """Store an encoded value as a cache entry; a failing cache is recorded, never raised."""
+    """Store an encoded value as a cache entry; a failing or skipped cache is recorded, never raised."""
+    guard = guard_for(cache, functools.partial(_label, cache))
     try:
-        await cache.set(key, cache_entry(encoded), ttl)
-    except Exception as exc:
-        tree.add_event(
-            node, "cache_error", key=key, operation="set", error=f"{type(exc).__name__}: {exc}"
+        await guard.call(
+            "set", functools.partial(cache.set, key, cache_entry(encoded), ttl), guard.timeout_s
         )
+    except Unavailable as exc:
+        exc.record(tree, node, key)
 
 
 def choose_cache(choice: Any, workflow_choice: Any = None) -> Cache:
@@ -356,17 +385,43 @@ async def cached_tool_call(
 
 
 async def invalidate(event: str) -> int:
-    """Clear the cached results of every tool whose policy lists ``event``; returns how many."""
+    """Clear the cached results of every tool whose policy lists ``event``; returns how many.
+
+    Each backend gets ``GROUNDSWELL_CACHE_BUST_TIMEOUT_S`` seconds (default 10),
+    and is tried even while prompts skip it. When one fails, the others are
+    still cleared and then its error is raised (`TimeoutError` for a backend
+    that did not answer), naming the backend.
+    """
     removed = 0
+    failed: BaseException | None = None
     for cache_id, prefix in sorted(_invalidation.get(event, set())):
         cache = _caches_by_id.get(cache_id)
         if cache is None:
             continue
-        removed += await cache.bust_prefix(prefix)
+        guard = guard_for(cache, functools.partial(_label, cache))
+        try:
+            removed += await guard.call(
+                "bust_prefix",
+                functools.partial(cache.bust_prefix, prefix),
+                guard.bust_timeout_s,
+                skip=False,  # a rare call that matters: stale entries would outlive the outage
+            )
+        except Unavailable as exc:
+            cause = exc.__cause__
+            if failed is not None:
+                pass  # the first is raised; every backend's outage is logged anyway
+            elif exc.timed_out or cause is None:
+                failed = TimeoutError(str(exc))
+            else:
+                cause.add_note(f"from cache backend {exc.backend}, clearing {prefix!r}")
+                failed = cause  # the backend's own error, as before deadlines
+            continue
         tool = prefix[len("tool.") : -1]
         _tool_stats.setdefault(tool, {"hits": 0, "misses": 0, "invalidations": 0})[
             "invalidations"
         ] += 1
+    if failed is not None:
+        raise failed
     return removed
 
 

@@ -32,7 +32,7 @@ from typing import Any
 
 from .errors import ConfigurationError, GroundswellError
 
-__all__ = ["HOOK_EVENTS", "HookRunner", "PromptBlocked"]
+__all__ = ["HOOK_EVENTS", "HookRunner", "PromptBlocked", "check_hooks"]
 
 HOOK_EVENTS = (
     "PreToolUse",
@@ -84,6 +84,27 @@ def _matcher(event: str, item: Any) -> _Matcher:
     return _Matcher(compiled, tuple(hooks))
 
 
+def check_hooks(hooks: Any, owner: str) -> dict[str, Any]:
+    """``hooks=`` as a dict, checked where an agent, prompt or override is built.
+
+    Event names, matchers (their regexes compiled) and callbacks are checked
+    as the first prompt would; raises `ConfigurationError` naming what is wrong.
+    """
+    if hooks is None:
+        return {}
+    if not isinstance(hooks, Mapping):
+        raise ConfigurationError(
+            f"{owner}: hooks must be a dict of hook event names to matchers, e.g. "
+            f"{{'PreToolUse': [{{'matcher': 'Bash', 'hooks': [callback]}}]}}; "
+            f"got {type(hooks).__name__}"
+        )
+    try:
+        HookRunner(hooks, session_id="")
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"{owner}: {exc}") from None
+    return dict(hooks)
+
+
 class HookRunner:
     """Runs the configured callbacks for an event and merges their outputs."""
 
@@ -93,7 +114,7 @@ class HookRunner:
         for event, items in (hooks or {}).items():
             if event not in HOOK_EVENTS:
                 raise ConfigurationError(
-                    f"unknown hook event {event!r}; use one of {', '.join(HOOK_EVENTS)}"
+                    f"hooks: unknown hook event {event!r}; use one of {', '.join(HOOK_EVENTS)}"
                 )
             seq = items if isinstance(items, Sequence) and not isinstance(items, str) else [items]
             self._matchers[event] = [_matcher(event, item) for item in seq]

@@ -28,11 +28,12 @@ from rich.live import Live
 
 from ._examples import Example, examples_dir, find_examples
 from ._render import rich_tree
-from ._serialize import jsonable
+from ._serialize import redact, scrub
 from .errors import GroundswellError, PluginError, WorkflowError
 from .events import Event
 from .hookspecs import AgentMiddleware, EventSink, hookimpl
-from .plugins import PluginManager, flush_sinks, get_plugin_manager
+from .node import printable
+from .plugins import PluginManager, flush_sinks, get_plugin_manager, strict_plugins
 from .tree import EventTree, NodeStatus, Replayer
 from .workflow import Workflow
 
@@ -174,6 +175,10 @@ def _load_trees(path: str) -> list[EventTree]:
             trees = EventTree.load_all(file)
     except OSError as exc:
         raise CLIError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    except RecursionError:
+        raise CLIError(
+            f"{path} is not a Groundswell trace: its JSON is nested too deeply"
+        ) from None
     except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
         raise CLIError(f"{path} is not a Groundswell trace: {exc}") from exc
     # A .json tree without nodes is as empty as an empty .jsonl log.
@@ -213,7 +218,12 @@ def _cmd_tree(args: argparse.Namespace) -> int:
     trees = _load_trees(args.file)
     if args.json:
         data = [t.to_json() for t in trees]
-        print(json.dumps(data[0] if len(data) == 1 else data, indent=2))
+        try:
+            text = json.dumps(data[0] if len(data) == 1 else data, indent=2)
+        except RecursionError:
+            # Indented output is written recursively, so it gives out before reading did.
+            raise CLIError(f"{args.file}: a payload is nested too deeply to print") from None
+        print(text)
     elif args.jsonl:
         for tree in trees:
             for event in tree.events():
@@ -358,7 +368,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     finally:
         manager.unregister(plugin_name)
     if outcome.error is not None and not (args.json or args.jsonl):
-        print(f"groundswell: {outcome.error}", file=sys.stderr)
+        print(f"groundswell: {printable(outcome.error)}", file=sys.stderr)
     save_error = None
     if args.save:
         try:
@@ -369,14 +379,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.json:
         record = {
             "status": outcome.status.value,
-            "output": jsonable(outcome.output),
+            "output": redact(outcome.output),  # scrubbed like the tree beside it
             "tree": outcome.tree.to_json(),
         }
         print(json.dumps(record, indent=2))
     elif not args.jsonl:
         console.print(rich_tree(outcome.tree))
         if outcome.status is NodeStatus.COMPLETED:
-            console.print(f"\noutput: {outcome.output!r}", markup=False)
+            console.print(f"\noutput: {scrub(repr(outcome.output))}", markup=False)
     if save_error is not None:
         raise CLIError(save_error)
     if outcome.interrupted:
@@ -494,6 +504,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # would report every broken plugin twice.
     parser = build_parser(plugin_commands=command not in BUILTIN_COMMANDS)
     try:
+        strict_plugins()  # a GROUNDSWELL_STRICT_PLUGINS that means neither on nor off: exit 2
         args = parser.parse_args(words)
         return int(args.func(args))
     except KeyboardInterrupt:
@@ -506,10 +517,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except PluginError as exc:
         # Strict mode (GROUNDSWELL_STRICT_PLUGINS=1) turned a plugin problem into an error.
-        print(f"groundswell: plugin error: {exc}", file=sys.stderr)
+        print(f"groundswell: plugin error: {printable(str(exc))}", file=sys.stderr)
         return 3
     except (CLIError, GroundswellError) as exc:
-        print(f"groundswell: {exc}", file=sys.stderr)
+        # One line, whatever the message holds (names and messages may come from a file).
+        print(f"groundswell: {printable(str(exc))}", file=sys.stderr)
         return 2
 
 

@@ -3,12 +3,17 @@
 Each sink gets its own bounded queue and worker thread, so a sink that raises
 or blocks never breaks or stalls a run: its errors are counted and reported
 once, and when its queue is full further events for it are dropped and counted.
+Closing works the same way: the worker handles what is queued and then calls
+the sink's ``close()``, all within one deadline (``GROUNDSWELL_SINK_TIMEOUT_S``,
+5 s by default, at interpreter exit); a sink still busy after it is named in a
+warning and left behind, so it never holds the process open.
 """
 
 from __future__ import annotations
 
 import collections
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -30,6 +35,9 @@ QUEUE_SIZE = 50_000
 # and the backlog that wakes it early.
 POLL_S = 0.02
 WAKE_AT = 256
+#: Seconds each sink gets to handle what is queued and close, when the hub closes
+#: (at interpreter exit too); ``GROUNDSWELL_SINK_TIMEOUT_S`` overrides it.
+CLOSE_TIMEOUT_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +105,11 @@ class _SinkWorker:
         self.dropped = 0
         self._reported_error = False
         self._reported_drop = False
+        # Set under _state by the hub once it stops waiting, and by the worker when
+        # it starts close(): whichever comes first decides whether close() runs.
+        self._state = threading.Lock()
+        self._abandoned = False
+        self._closing = False
         self._events: collections.deque[Event | _Stop | _Marker] = collections.deque()
         self._wake = threading.Condition(threading.Lock())
         self._sleeping = False
@@ -155,6 +168,7 @@ class _SinkWorker:
                 item.done.set()
                 continue
             if isinstance(item, _Stop):
+                self._close_sink(pending)
                 return
             if self._call(self.sink.handle, item):
                 self.delivered += 1
@@ -183,18 +197,73 @@ class _SinkWorker:
         self._push(marker, urgent=True)
         return marker.done.wait(max(0.0, deadline - time.monotonic()))
 
-    def close(self, deadline: float) -> None:
-        self.flush(deadline)
-        self._push(_STOP, urgent=True)  # a stuck worker is a daemon: the process exits anyway
-        self._thread.join(max(0.0, deadline - time.monotonic()))
-        if self._thread.is_alive():
-            # handle() is still running: closing under its feet could corrupt its output.
-            logger.warning("event sink %r is stuck in handle(); not closing it", self.name)
-            return
+    def _close_sink(self, pending: bool) -> None:
+        with self._state:
+            if self._abandoned:  # the hub gave up on a stuck handle(): never close under it
+                return
+            self._closing = True
+        if pending and self._drained is not None:
+            self._call(self._drained)
         try:
             self.sink.close()
         except BaseException as exc:
             logger.warning("event sink %r failed to close: %s", self.name, exc)
+
+    def stop(self) -> None:
+        """Ask the worker to handle what is queued, flush, close the sink and end."""
+        self._push(_STOP, urgent=True)
+
+    def join(self, deadline: float, timeout: float) -> None:
+        """Wait for `stop` to finish until ``deadline``; a sink still busy is left behind."""
+        # A worker is a daemon thread: one left behind never holds the process open.
+        self._thread.join(max(0.0, deadline - time.monotonic()))
+        if not self._thread.is_alive():
+            return
+        with self._state:
+            self._abandoned = True
+            closing = self._closing
+        if closing:
+            logger.warning(
+                "event sink %r did not finish close() within %g s; going on without it",
+                self.name,
+                timeout,
+            )
+        else:
+            # handle() is still running: closing under its feet could corrupt its output.
+            logger.warning(
+                "event sink %r is stuck in handle() after %g s; not closing it",
+                self.name,
+                timeout,
+            )
+
+
+def _close_timeout() -> float:
+    raw = os.environ.get("GROUNDSWELL_SINK_TIMEOUT_S")
+    if not raw:
+        return CLOSE_TIMEOUT_S
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = -1.0
+    if seconds >= 0:
+        return seconds
+    # Read at shutdown, where raising would lose every sink's last events.
+    logger.warning(
+        "GROUNDSWELL_SINK_TIMEOUT_S must be a number of seconds >= 0, got %r; using %g",
+        raw,
+        CLOSE_TIMEOUT_S,
+    )
+    return CLOSE_TIMEOUT_S
+
+
+def _stop_all(workers: list[_SinkWorker], timeout: float) -> None:
+    # All at once: every sink gets the whole timeout, and closing N sinks takes
+    # at most `timeout`, not N times it.
+    deadline = time.monotonic() + timeout
+    for worker in workers:
+        worker.stop()
+    for worker in workers:
+        worker.join(deadline, timeout)
 
 
 class SinkHub:
@@ -223,13 +292,12 @@ class SinkHub:
             # Replace the list instead of mutating it: dispatch() iterates without a lock.
             self._workers = [*self._workers, _SinkWorker(name, sink)]
 
-    def remove(self, name: str, timeout: float = 5.0) -> None:
-        """Stop delivering to the sink ``name``: flush it, then close it."""
+    def remove(self, name: str, timeout: float | None = None) -> None:
+        """Stop delivering to the sink ``name``: flush it, then close it (see `close`)."""
         with self._lock:
             gone = [w for w in self._workers if w.name == name]
             self._workers = [w for w in self._workers if w.name != name]
-        for worker in gone:
-            worker.close(time.monotonic() + timeout)
+        _stop_all(gone, _close_timeout() if timeout is None else timeout)
 
     def dispatch(self, event: Event) -> None:
         """Queue ``event`` for every sink; never blocks, never raises."""
@@ -241,16 +309,18 @@ class SinkHub:
         deadline = time.monotonic() + timeout
         return all(w.flush(deadline) for w in self._workers)
 
-    def close(self, timeout: float = 5.0) -> None:
+    def close(self, timeout: float | None = None) -> None:
         """Flush, stop the workers and close every sink (also run at interpreter exit).
 
-        Each sink gets ``timeout`` seconds of its own, so one slow sink cannot
-        use up the time another needs to flush.
+        Every sink gets ``timeout`` seconds (default ``GROUNDSWELL_SINK_TIMEOUT_S``,
+        else 5) to handle its queued events and return from ``close()``, all sinks
+        at once, so one slow sink never uses up the time another needs. A sink
+        still busy after that is named in a warning and left behind: it never
+        holds up the caller or interpreter exit.
         """
         with self._lock:
             workers, self._workers = self._workers, []
-        for worker in workers:
-            worker.close(time.monotonic() + timeout)
+        _stop_all(workers, _close_timeout() if timeout is None else timeout)
 
     def stats(self) -> dict[str, dict[str, int]]:
         """Per sink: events delivered, errors raised, events dropped."""

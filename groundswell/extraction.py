@@ -61,6 +61,12 @@ class Extract:
             raise ConfigurationError(
                 f"Extract.store_as must be a non-empty string, got {self.store_as!r}"
             )
+        for flag in ("required", "multiple"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ConfigurationError(
+                    f"Extract {self.store_as!r}: {flag} must be True or False, "
+                    f"got {getattr(self, flag)!r:.40}"
+                )
         if self.format not in _FORMATS:
             raise ConfigurationError(
                 f"Extract {self.store_as!r}: format must be one of {', '.join(_FORMATS)}; "

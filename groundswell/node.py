@@ -8,13 +8,14 @@ a file; the label functions give the line ``render()`` and the renderer draw.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Sequence
 from enum import StrEnum
 from typing import Any, TypeGuard
 
-from ._serialize import scrub
+from ._scrub import scrub
 
 __all__ = ["FINAL_STATUSES", "EventNode", "NodeStatus", "NodeType"]
 
@@ -254,6 +255,8 @@ def record_field(record: dict[str, Any], key: str, kind: Any, *, required: bool 
         kinds = kind if isinstance(kind, tuple) else (kind,)
         expected = " or ".join(dict.fromkeys(_JSON_NAMES.get(k, k.__name__) for k in kinds))
         raise ValueError(f"{key!r} should be {expected}, got {value!r:.40}")
+    if isinstance(value, float) and not math.isfinite(value):  # NaN/Infinity parse as JSON
+        raise ValueError(f"{key!r} should be a finite number, got {value!r}")
     return value
 
 
@@ -304,7 +307,7 @@ def label_parts(node: EventNode) -> list[tuple[str, str]]:
     parts = [
         (_MARKS[status], _STATUS_STYLE[status]),
         (node.type.value, "dim"),
-        (node.name, "bold"),
+        (scrub(node.name), "bold"),
     ]
     # Metrics may come from a file written by anything: draw only well-typed ones.
     duration = node.metrics.get("duration")
@@ -335,7 +338,32 @@ def label_parts(node: EventNode) -> list[tuple[str, str]]:
         error = node.error if isinstance(node.error, dict) else {"message": node.error}
         message = scrub(str(error.get("message", "")))[:80]
         parts.append((f"{error.get('type', 'error')}: {message}", "red"))
-    return parts
+    # Names, messages and metrics may come from anywhere (a file, a model): a label
+    # stays one line of plain text, whatever control characters they hold.
+    return [(printable(text), style) for text, style in parts]
+
+
+_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def printable(text: str) -> str:
+    """``text`` with control and invisible characters written as escapes (``\\x1b``, ``\\n``).
+
+    For one-line output: a name or message can then neither break the line,
+    forge tree lines, nor send terminal escape sequences.
+    """
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else _escape(c) for c in text)
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    if char in _ESCAPES:
+        return _ESCAPES[char]
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def _is_number(value: Any) -> TypeGuard[float]:

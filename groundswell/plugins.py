@@ -70,9 +70,26 @@ def _env_list(name: str) -> set[str] | None:
     return {part.strip() for part in raw.split(",") if part.strip()}
 
 
+_ON = frozenset({"1", "true", "yes", "on"})
+_OFF = frozenset({"0", "false", "no", "off", ""})
+
+
 def strict_plugins() -> bool:
-    """True when ``GROUNDSWELL_STRICT_PLUGINS`` asks for plugin errors to raise."""
-    return os.environ.get("GROUNDSWELL_STRICT_PLUGINS", "").lower() in {"1", "true", "yes", "on"}
+    """True when ``GROUNDSWELL_STRICT_PLUGINS`` asks for plugin errors to raise.
+
+    It takes ``1``/``true``/``yes``/``on`` and ``0``/``false``/``no``/``off``/``""``
+    (any case); anything else is a `ConfigurationError`, not a silent "off".
+    """
+    raw = os.environ.get("GROUNDSWELL_STRICT_PLUGINS", "")
+    value = raw.strip().lower()
+    if value in _ON:
+        return True
+    if value in _OFF:
+        return False
+    raise ConfigurationError(
+        f"GROUNDSWELL_STRICT_PLUGINS={raw!r:.40} means neither on nor off; set it to 1, true, "
+        "yes or on (plugin errors raise), or to 0, false, no, off or '' (they are reported)"
+    )
 
 
 @dataclass
@@ -100,6 +117,8 @@ class PluginManager:
     def __init__(self, *, strict: bool | None = None) -> None:
         #: None follows GROUNDSWELL_STRICT_PLUGINS; False always reports and skips.
         self.strict = strict
+        if strict is None:
+            strict_plugins()  # a value that means neither on nor off fails now, not at a failure
         self._pm = pluggy.PluginManager(hookspecs.PROJECT)
         self._pm.add_hookspecs(hookspecs)
         self._infos: dict[str, PluginInfo] = {}
@@ -176,11 +195,16 @@ class PluginManager:
             if self._register(plugin, info):
                 loaded += 1
         for name in sorted((allow or set()) - available):
+            # Most likely a typo, which would also turn off every plugin the user meant
+            # to keep (the default cache ``lru`` among them): said loudly, raised when strict.
             message = (
                 f"GROUNDSWELL_LOAD_PLUGINS names {name!r}, but no installed plugin has that "
-                f"name (installed: {', '.join(sorted(available)) or 'none'})"
+                f"name (installed: {', '.join(sorted(available)) or 'none'}); only the plugins "
+                "it names load, so fix the name (or use '' to load none)"
             )
             self.warnings.append(message)
+            if self.strict if self.strict is not None else strict_plugins():
+                raise PluginError(message, plugin=name)
             logger.warning(message)
         return loaded
 
@@ -339,6 +363,8 @@ class PluginManager:
             )
         for plugin, errors in sorted(self.errors.items()):
             message += f"; plugin {plugin!r} failed: {errors[-1]}"
+        for warning in self.warnings:
+            message += f"; {warning}"
         return message
 
     # -- collectors ------------------------------------------------------------------

@@ -17,11 +17,24 @@ from pydantic import BaseModel
 from ._canonical import canonical_json
 from .budget import TokenBudget, check_budget
 from .cache import Cache
+from .claude_hooks import check_hooks
 from .errors import ConfigurationError
 from .extraction import Extract, check_rules
+from .hookspecs import CacheBackend
+from .mcp_bridge import check_mcps
+from .plugins import get_plugin_manager
 from .reflection import ReflectionConfig
+from .settings_check import check_api_field, check_flag, check_settings
+from .tools import check_skills, check_tools
 
-__all__ = ["Prompt", "PromptOverrides", "PromptTemplate", "create_prompt", "render_user"]
+__all__ = [
+    "Prompt",
+    "PromptOverrides",
+    "PromptTemplate",
+    "check_cache_name",
+    "create_prompt",
+    "render_user",
+]
 
 T = TypeVar("T")
 
@@ -86,6 +99,16 @@ class Prompt(Generic[T]):
             raise ConfigurationError(
                 f"Prompt.response_format must be a pydantic BaseModel subclass or None, got {fmt!r}"
             )
+        # The fields that win over the agent's, checked as the agent checks its own.
+        check_api_field("system", self.system, "Prompt")
+        if self.tools is not None:
+            check_tools(self.tools, "Prompt")
+        if self.mcps is not None:
+            check_mcps(self.mcps, {}, "Prompt")
+        if self.skills is not None:
+            check_skills(self.skills, "Prompt")
+        if self.hooks is not None:
+            check_hooks(self.hooks, "Prompt")
         try:
             rendered = render_user(self.user, self.data)
         except (TypeError, ValueError) as exc:
@@ -152,6 +175,17 @@ class PromptOverrides:
     middleware: Sequence[Any] | None = None
 
     def __post_init__(self) -> None:
+        owner = "PromptOverrides"
+        check_settings(owner, self.set_fields())
+        check_flag("disable_cache", self.disable_cache, owner)
+        if self.tools is not None:
+            check_tools(self.tools, owner)
+        if self.mcps is not None:
+            check_mcps(self.mcps, self.env or {}, owner)
+        if self.skills is not None:
+            check_skills(self.skills, owner)
+        if self.hooks is not None:
+            check_hooks(self.hooks, owner)
         if self.middleware is not None and (
             isinstance(self.middleware, str) or not isinstance(self.middleware, Sequence)
         ):
@@ -169,18 +203,33 @@ class PromptOverrides:
                 "PromptOverrides.reflection must be a ReflectionConfig, "
                 f"got {type(self.reflection).__name__}"
             )
-        check_budget(self.token_budget, "PromptOverrides")
-        if self.cache is not None and not isinstance(self.cache, str | Cache):
-            raise ConfigurationError(
-                f"PromptOverrides.cache must be a backend name or a groundswell.Cache, "
-                f"got {type(self.cache).__name__}"
-            )
+        check_budget(self.token_budget, owner)
+        check_cache_name(self.cache, owner)
 
     def set_fields(self) -> dict[str, Any]:
         """The settings given explicitly (not ``None``)."""
         return {
             name: value for name in _OVERRIDE_FIELDS if (value := getattr(self, name)) is not None
         }
+
+
+def check_cache_name(cache: Any, owner: str) -> None:
+    """``cache=``: a `Cache`, or the name of a registered backend (looked up now).
+
+    A backend a plugin registers later is not found: register plugins before
+    building the agents, overrides and workflows that name their backends.
+    """
+    if cache is None or isinstance(cache, Cache):
+        return
+    if not isinstance(cache, str):
+        raise ConfigurationError(
+            f"{owner}: cache must be a backend name (e.g. 'lru', 'redis') or a groundswell.Cache, "
+            f"got {type(cache).__name__}"
+        )
+    try:
+        get_plugin_manager().lookup(CacheBackend, cache)
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"{owner}: cache: {exc}") from None
 
 
 _OVERRIDE_FIELDS = tuple(f.name for f in dataclasses.fields(PromptOverrides))

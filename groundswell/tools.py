@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import hashlib
 import inspect
 import json
 import math
@@ -17,8 +16,8 @@ import os
 import re
 import typing
 import weakref
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from contextlib import AsyncExitStack, suppress
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_type_hints
@@ -26,26 +25,28 @@ from typing import Any, get_type_hints
 import pydantic
 from pydantic import BaseModel
 
-from ._serialize import register_secret
+from .cache import ToolCachePolicy
 from .errors import ConfigurationError, ToolError
+from .plugins import get_plugin_manager
+from .settings_check import check_api_item
 from .tree import NodeType
 
 __all__ = [
-    "MCPBridge",
     "Skill",
     "Tool",
     "ToolContext",
     "ToolFailed",
     "ToolHandler",
+    "check_cache_policy",
+    "check_skills",
     "check_timeout",
+    "check_tools",
     "tool_error_text",
     "tool_for",
     "tool_result_content",
 ]
 
 _NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
-# Seconds a local MCP server gets to start and list its tools (config key "timeout").
-CONNECT_TIMEOUT = 30.0
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,101 @@ def check_timeout(value: Any, owner: str) -> float | None:
             f"{owner}: timeout must be a number of seconds > 0 (or None), got {value!r}"
         )
     return float(value)
+
+
+def check_cache_policy(policy: Any, owner: str) -> ToolCachePolicy | None:
+    """``policy`` if it is a well-formed `ToolCachePolicy` (or None); `ConfigurationError` if not.
+
+    ``owner`` names where it was given (``"Tool 'weather': cache"``).
+    """
+    if policy is None:
+        return None
+    if not isinstance(policy, ToolCachePolicy):
+        raise ConfigurationError(
+            f"{owner} must be a ToolCachePolicy (groundswell.ToolCachePolicy), "
+            f"got {type(policy).__name__}"
+        )
+    ttl, key, events = policy.ttl, policy.key, policy.invalidate_on
+    if ttl is not None and (
+        isinstance(ttl, bool)
+        or not isinstance(ttl, int | float)
+        or not math.isfinite(ttl)
+        or ttl <= 0
+    ):
+        raise ConfigurationError(
+            f"{owner}: ToolCachePolicy.ttl must be seconds > 0 or None, got {ttl!r:.40}"
+        )
+    if key is not None and not callable(key) and not _strings(key):
+        raise ConfigurationError(
+            f"{owner}: ToolCachePolicy.key must be None, a list of argument names or a "
+            f"callable taking the arguments, got {key!r:.40}"
+        )
+    if not _strings(events):
+        raise ConfigurationError(
+            f"{owner}: ToolCachePolicy.invalidate_on must be a list of event names, "
+            f"got {events!r:.40}"
+        )
+    if policy.hit_message is not None and not isinstance(policy.hit_message, str):
+        raise ConfigurationError(
+            f"{owner}: ToolCachePolicy.hit_message must be a string or None, "
+            f"got {type(policy.hit_message).__name__}"
+        )
+    if not isinstance(policy.enabled, bool):
+        raise ConfigurationError(
+            f"{owner}: ToolCachePolicy.enabled must be True or False, got {policy.enabled!r:.40}"
+        )
+    return policy
+
+
+def _strings(value: Any) -> bool:
+    """True for a list or tuple of strings (a lone string is not one)."""
+    return isinstance(value, list | tuple) and all(isinstance(v, str) and v for v in value)
+
+
+def check_tools(items: Any, owner: str) -> list[Any]:
+    """``tools=`` as a list, checked where an agent, prompt or override is built.
+
+    Every item must be a callable, a tool handler (`Tool`), an Anthropic tool
+    dict the SDK's types accept, or the name of a registered toolset; tool
+    names must be unique. A toolset makes its tools at the first prompt
+    (factories are lazy), so a clash with one of those is found there.
+    """
+    if items is None:
+        return []
+    if isinstance(items, str | bytes | Mapping) or not isinstance(items, Sequence):
+        hint = f"; did you mean tools=[{items!r}]?" if isinstance(items, str) else ""
+        raise ConfigurationError(
+            f"{owner}: tools must be a list of callables, groundswell.Tool, Anthropic tool "
+            f"dicts or toolset names, got {type(items).__name__}{hint}"
+        )
+    named: dict[str, int] = {}
+    for i, item in enumerate(items):
+        where = f"tools[{i}]"
+        if isinstance(item, str):
+            try:
+                get_plugin_manager().lookup("register_tool_providers", item)
+            except ConfigurationError as exc:
+                raise ConfigurationError(f"{owner}: {where}: {exc}") from None
+            continue
+        if isinstance(item, Mapping):
+            check_api_item("tools", item, owner, where)
+            name = str(item["name"])
+        elif isinstance(item, ToolHandler):
+            name = item.name
+        elif callable(item):
+            name = tool_for(item).name
+        else:
+            raise ConfigurationError(
+                f"{owner}: {where} must be a callable, a groundswell.Tool, an Anthropic tool "
+                f"dict or a toolset name, got {type(item).__name__}"
+            )
+        if name in named:
+            raise ConfigurationError(
+                f"{owner}: two tools are named {name!r} (tools[{named[name]}] and {where}); "
+                "tool names must be unique (rename one with Tool(fn, name=...))"
+            )
+        named[name] = i
+    return list(items)
 
 
 def tool_error_text(exc: BaseException) -> str:
@@ -169,12 +265,23 @@ class Tool:
                 "whole result (return a list or a string instead of yielding)"
             )
         self.fn = fn
+        label = f"Tool {getattr(fn, '__name__', fn)!r}"
+        for what, value in (("name", name), ("description", description), ("toolset", toolset)):
+            if value is not None and not isinstance(value, str):
+                raise ConfigurationError(
+                    f"{label}: {what} must be a string or None, got {type(value).__name__}"
+                )
+        if input_schema is not None and not isinstance(input_schema, Mapping):
+            raise ConfigurationError(
+                f"{label}: input_schema must be a JSON schema dict "
+                f"({{'type': 'object', 'properties': {{...}}}}), got {type(input_schema).__name__}"
+            )
         #: A groundswell.ToolCachePolicy to cache this tool's results (deterministic tools only).
-        self.cache = cache
+        self.cache = check_cache_policy(cache, f"{label}: cache")
         #: The named toolset this tool belongs to (recorded on its tool-call nodes).
         self.toolset = toolset
         #: Seconds one call may take (``None``: the agent's ``tool_timeout``, if any).
-        self.timeout = check_timeout(timeout, f"Tool {getattr(fn, '__name__', fn)!r}")
+        self.timeout = check_timeout(timeout, label)
         self.name: str = name or str(getattr(fn, "__name__", ""))
         if not _NAME.match(self.name):
             raise ToolError(
@@ -185,7 +292,9 @@ class Tool:
         self._context_param: str | None = None
         self._model: type[BaseModel] | None = None
         if input_schema is not None:
-            self.input_schema = input_schema
+            self.input_schema = dict(input_schema)
+            # What the API would refuse (a schema that is not an object's) fails here.
+            check_api_item("tools", self.definition(), f"Tool {self.name!r}", "input_schema")
         else:
             self._model = self._build_model(arg_docs)
             self.input_schema = _without_titles(self._model.model_json_schema())
@@ -371,164 +480,22 @@ def skills_system_text(skills: Sequence[Skill]) -> str:
     )
 
 
-@dataclass
-class _MCPTool:
-    """A tool of a connected MCP server, named ``mcp__<server>__<tool>``."""
-
-    name: str
-    server: str
-    remote_name: str
-    description: str
-    input_schema: dict[str, Any]
-    call: Callable[[str, dict[str, Any]], Awaitable[Any]]
-    node_type: NodeType = NodeType.MCP_CALL
-    toolset: str | None = None
-
-    def definition(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "description": self.description,
-            "input_schema": self.input_schema,
-        }
-
-    async def invoke(self, arguments: dict[str, Any], context: ToolContext) -> Any:
-        text, failed = await call_mcp_tool(self, arguments)
-        if failed:  # the server's own error text is what the model sees
-            raise ToolFailed(text)
-        return text
-
-
-class MCPBridge:
-    """Connects an agent's local MCP servers for one prompt and exposes their tools."""
-
-    def __init__(self, mcps: Sequence[Any], env: Mapping[str, str]) -> None:
-        self.local: list[tuple[str, Any]] = []
-        self.remote: list[dict[str, Any]] = []
-        self.timeouts: dict[str, float] = {}
-        for item in mcps:
-            self._add(item, env)
-        self.tools: list[_MCPTool] = []
-        self._stack = AsyncExitStack()
-
-    def _add(self, item: Any, env: Mapping[str, str]) -> None:
-        from mcp import StdioServerParameters
-        from mcp.server.mcpserver import MCPServer
-
-        if isinstance(item, MCPServer):
-            self.local.append((_server_name(item.name), item))
-            return
-        if not isinstance(item, Mapping):
-            raise ConfigurationError(
-                f"mcps items must be an MCPServer or a config dict, got {type(item).__name__}"
-            )
-        register_mcp_secrets([item])  # first: nothing below may echo a secret
-        kind = item.get("type", "stdio")
-        name = item.get("name")
-        if not name:
-            # Name the keys only: the values may hold tokens.
-            raise ConfigurationError(
-                f"an MCP server config needs a 'name' (got keys {sorted(item)})"
-            )
-        if kind == "stdio":
-            if not item.get("command"):
-                raise ConfigurationError(f"stdio MCP server {name!r} needs a 'command'")
-            params = StdioServerParameters(
-                command=item["command"],
-                args=list(item.get("args", [])),
-                # The agent's env and the server's own env reach the subprocess;
-                # os.environ is never modified.
-                env={**env, **item.get("env", {})} or None,
-                cwd=item.get("cwd"),
-            )
-            self.local.append((_server_name(name), params))
-            self.timeouts[_server_name(name)] = float(item.get("timeout", CONNECT_TIMEOUT))
-        elif kind == "url":
-            if not item.get("url"):
-                raise ConfigurationError(f"remote MCP server {name!r} needs a 'url'")
-            remote = {k: v for k, v in item.items() if k != "type"}
-            remote["type"] = "url"
-            self.remote.append(remote)
-        else:
-            raise ConfigurationError(
-                f"MCP server {name!r}: unknown type {kind!r} (use 'stdio' or 'url')"
-            )
-
-    async def __aenter__(self) -> MCPBridge:
-        from mcp import Client
-
-        try:
-            for server_name, target in self.local:
-                try:
-                    # A server that never answers must not hang the prompt forever.
-                    async with asyncio.timeout(self.timeouts.get(server_name, CONNECT_TIMEOUT)):
-                        client = await self._stack.enter_async_context(Client(target))
-                        listed = await client.list_tools()
-                except asyncio.CancelledError:
-                    raise
-                except BaseException as exc:
-                    cause = _leaf(exc)
-                    raise ToolError(
-                        f"MCP server {server_name!r} failed to start: {type(cause).__name__}: {cause}"
-                        if not isinstance(cause, TimeoutError)
-                        else f"MCP server {server_name!r} did not answer within "
-                        f"{self.timeouts.get(server_name, CONNECT_TIMEOUT)}s"
-                    ) from exc
-                for tool in listed.tools:
-                    self.tools.append(
-                        _MCPTool(
-                            name=_mcp_tool_name(server_name, tool.name),
-                            server=server_name,
-                            remote_name=tool.name,
-                            description=tool.description or tool.name,
-                            input_schema=dict(tool.input_schema),
-                            call=client.call_tool,
-                        )
-                    )
-        except BaseException:
-            await self._stack.aclose()
-            raise
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self._stack.aclose()
-
-
-def register_mcp_secrets(mcps: Sequence[Any]) -> None:
-    """Remember the tokens and env values of MCP configs as secrets, to scrub them everywhere."""
-    for item in mcps:
+def check_skills(items: Any, owner: str) -> list[Any]:
+    """``skills=`` as a list: `Skill` folders, or API skill dicts the SDK's types accept."""
+    if items is None:
+        return []
+    if isinstance(items, str | bytes | Mapping) or not isinstance(items, Sequence):
+        raise ConfigurationError(
+            f"{owner}: skills must be a list of groundswell.Skill or API skill dicts, "
+            f"got {type(items).__name__}"
+        )
+    for i, item in enumerate(items):
         if isinstance(item, Mapping):
-            for secret in [item.get("authorization_token"), *dict(item.get("env") or {}).values()]:
-                if secret:
-                    register_secret(str(secret))
-
-
-def _leaf(exc: BaseException) -> BaseException:
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
-    return exc
-
-
-def _mcp_tool_name(server: str, tool: str) -> str:
-    """``mcp__<server>__<tool>``, made valid for the API (letters, digits, _ and -; 64 max)."""
-    name = f"mcp__{server}__{re.sub(r'[^a-zA-Z0-9_-]', '_', tool)}"
-    if len(name) > 64:
-        digest = hashlib.sha256(name.encode()).hexdigest()[:8]
-        name = f"{name[:55]}_{digest}"
-    return name
-
-
-def _server_name(name: str) -> str:
-    cleaned = re.sub(r"[^a-zA-Z0-9_-]", "_", name)
-    return cleaned or "server"
-
-
-async def call_mcp_tool(tool: _MCPTool, arguments: dict[str, Any]) -> tuple[str, bool]:
-    """Call an MCP tool; returns (text content, is_error)."""
-    result = await tool.call(tool.remote_name, arguments)
-    parts: list[str] = []
-    for block in result.content:
-        text = getattr(block, "text", None)
-        parts.append(text if isinstance(text, str) else block.model_dump_json())
-    if not parts and result.structured_content is not None:
-        parts.append(json.dumps(result.structured_content))
-    return "\n".join(parts), bool(result.is_error)
+            check_api_item("container.skills", item, owner, f"skills[{i}]")
+        elif not isinstance(item, Skill):
+            raise ConfigurationError(
+                f"{owner}: skills[{i}] must be a groundswell.Skill(path) or an API skill dict "
+                f"{{'type': 'anthropic', 'skill_id': ..., 'version': ...}}, "
+                f"got {type(item).__name__}"
+            )
+    return list(items)

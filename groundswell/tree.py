@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from ._scrub import scrub_fields, scrub_json
 from ._serialize import error_record, jsonable
 from .events import Event
 
@@ -43,6 +44,9 @@ from .node import label_separator as label_separator
 __all__ = ["EventNode", "EventTree", "NodeStatus", "NodeType", "Replayer"]
 
 FORMAT_VERSION = 1
+# What users' code fills in; the rest of a node's record (ids, type, status,
+# times, child ids) the tree writes itself, so only these need scrubbing.
+_FREE_FIELDS = ("name", "payload", "metrics", "events", "error")
 
 
 class EventTree:
@@ -238,12 +242,13 @@ class EventTree:
         """The tree as ``{"version": 1, "root_id": ..., "nodes": [...]}``, nodes in pre-order.
 
         ``start`` serializes only the subtree under that node (it becomes ``root_id``).
+        Secrets are scrubbed (``groundswell.scrub``), like every output of a run.
         """
         root_id = start if start is not None else (self.root.id if self.root else None)
         return {
             "version": FORMAT_VERSION,
             "root_id": root_id,
-            "nodes": [n.to_dict() for n in self.walk(start)],
+            "nodes": scrub_fields([n.to_dict() for n in self.walk(start)], _FREE_FIELDS),
         }
 
     def mount(self, data: dict[str, Any], parent: EventNode) -> EventNode:
@@ -306,6 +311,8 @@ class EventTree:
         root_id = data.get("root_id")
         for record in nodes:
             node = node_from_record(record)
+            if node.id in tree._nodes:
+                raise ValueError(f"node id {node.id!r} appears twice; node ids must be unique")
             if node.id == root_id:
                 # A subtree (``to_json(start=...)``): its top node becomes the root.
                 node.parent_id = None
@@ -318,22 +325,26 @@ class EventTree:
         return tree
 
     def events(self) -> Iterator[Event]:
-        """Replayable events that rebuild this tree: starts in pre-order, then ends bottom-up."""
+        """Replayable events that rebuild this tree: starts in pre-order, then ends bottom-up.
+
+        Their data is scrubbed of secrets, like every output of a run.
+        """
         run_id = self._run_id()
         nodes = list(self.walk())
         for node in nodes:
             start = start_record(node)
             start.update(status=NodeStatus.RUNNING.value, ended_at=None, metrics={}, error=None)
             start["events"] = []
-            yield Event("node_start", node, start, run_id)
+            yield Event("node_start", node, scrub_fields([start], _FREE_FIELDS)[0], run_id)
             for event in recorded_events(node):
-                yield Event("node_event", node, {"id": node.id, "event": event}, run_id)
+                data = {"id": node.id, "event": event}
+                yield Event("node_event", node, scrub_json(data), run_id)
         for node in reversed(nodes):
             if node.status is not NodeStatus.RUNNING or node.metrics or node.error:
-                yield Event("node_end", node, end_record(node), run_id)
+                yield Event("node_end", node, scrub_json(end_record(node)), run_id)
 
     def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write the tree as a JSONL event log that `load` replays."""
+        """Write the tree as a JSONL event log that `load` replays (secrets scrubbed)."""
         target = Path(path)
         with target.open("w", encoding="utf-8") as f:
             for event in self.events():
@@ -347,6 +358,8 @@ class EventTree:
         A log holding several runs is an error; use `load_all` for those.
         """
         trees = cls.load_all(path)
+        if not trees:
+            raise ValueError(f"{path} holds no run: the log has no node_start event")
         if len(trees) != 1:
             names = [t.root.name for t in trees if t.root is not None]
             raise ValueError(
@@ -371,6 +384,8 @@ class EventTree:
                 if lineno == len(lines):
                     break
                 raise ValueError(f"{path}, line {lineno}: not JSON ({exc.msg})") from exc
+            except RecursionError:
+                raise ValueError(f"{path}, line {lineno}: JSON nested too deeply to read") from None
         return cls.replay_all(records)
 
     @classmethod
@@ -475,6 +490,10 @@ class Replayer:
         kind, data = record.get("kind"), record["data"]
         if kind == "node_start":
             node = node_from_record(data)
+            if node.id in self._owner:
+                raise ValueError(
+                    f"event {n}: node {node.id!r} starts a second time; node ids must be unique"
+                )
             parent_id = data.get("parent_id")
             if parent_id:
                 tree = self._owner.get(parent_id)

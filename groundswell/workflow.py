@@ -41,6 +41,7 @@ from .outcomes import (
     root_cause,
     workflow_error,
 )
+from .prompt import check_cache_name
 from .reflection import ReflectionAPI, ReflectionConfig, resolve_config, retry_step
 from .revision import replace_last_prompt
 from .run_context import Frame, current_frame, new_run_tree, reset_frame, set_frame
@@ -400,17 +401,23 @@ class Workflow(Generic[P, T]):
             raise ConfigurationError(
                 f"a workflow needs an `async def` taking ctx first, got {executor!r}"
             )
+        if name is not None and (not isinstance(name, str) or not name.strip()):
+            raise ConfigurationError(
+                f"Workflow name must be a non-empty string (or None for the function's name), "
+                f"got {name!r:.60}"
+            )
         self.executor = executor
         self.name: str = name or str(getattr(executor, "__name__", "workflow"))
+        label = f"workflow {self.name!r}"
+        check_cache_name(cache, label)
         #: Cache backend (a name or a Cache) for agents inside that enable caching
         #: without naming a backend; nested runs inherit it.
         self.cache = cache
-        label = f"workflow {self.name!r}"
-        if reflection is not None and not isinstance(reflection, ReflectionConfig):
+        if not isinstance(enable_reflection, bool):
             raise ConfigurationError(
-                f"{label}: reflection must be a ReflectionConfig, got {type(reflection).__name__}"
+                f"{label}: enable_reflection must be True or False, got {enable_reflection!r:.60}"
             )
-        #: Reflection settings for failed steps, or ``None`` when off.
+        #: Reflection settings for failed steps, or ``None`` when off (checked there).
         self.reflection: ReflectionConfig | None = resolve_config(
             reflection if reflection is not None else enable_reflection, owner=label
         )
@@ -552,8 +559,7 @@ class WorkflowOptions(TypedDict, total=False):
 
 
 def _refuse_unknown(caller: str, options: WorkflowOptions) -> None:
-    # ``**options`` takes any keyword at run time; refuse an unknown one right away,
-    # as a keyword parameter would, not only once a workflow is built.
+    # **options takes any keyword at run time: refuse an unknown one as a parameter would.
     unknown = sorted(options.keys() - WorkflowOptions.__optional_keys__)
     if unknown:
         raise TypeError(f"{caller}() got an unexpected keyword argument {unknown[0]!r}")

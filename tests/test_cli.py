@@ -125,6 +125,14 @@ def test_run_json_and_save_then_render_the_saved_trace(project: Path) -> None:
     assert as_json["nodes"] == data["tree"]["nodes"]
 
 
+def test_run_output_is_scrubbed_like_the_tree(project: Path) -> None:
+    key = "sk-ant-api03-" + "Q" * 40
+    for extra in (["--json"], []):
+        out = gs("run", "flows:greet", key, *extra, cwd=project)
+        assert out.returncode == 0, out.stderr
+        assert key not in out.stdout and "hello" in out.stdout
+
+
 def test_failed_run_exits_one_and_still_shows_the_tree(project: Path) -> None:
     out = gs("run", "flows:crash", cwd=project)
     assert out.returncode == 1

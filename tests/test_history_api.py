@@ -370,6 +370,21 @@ def test_agent_names_with_slashes_and_odd_characters(
     assert api.get("/api/introspection/team/fixer", headers=auth("team")).status_code == 403
 
 
+def test_an_agent_name_with_a_line_break_gets_a_documented_answer(
+    api: httpx2.Client, history_store: Any
+) -> None:
+    # It used to match no route at all: an undocumented 404 with no problem body.
+    name = "two\nlines"
+    history_store.start_session("s-nl", name, started_at=time.time())
+    history_store.end_session("s-nl", "completed", output="fine")
+    answer = api.get(
+        "/api/introspection/two%0Alines", params={"min_relevance": 0}, headers=auth(name)
+    )
+    assert answer.status_code == 200 and answer.json()["agent_id"] == name
+    refused = api.get("/api/introspection/two%0Alines", headers=auth("other"))
+    assert refused.status_code == 403 and "message" in refused.json()
+
+
 def test_an_unreachable_store_is_503_and_health_says_so(history_store: Any) -> None:
     with (
         Server(create_app(history_store, secret=SECRET)) as server,

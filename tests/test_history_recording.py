@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from groundswell_history import HistorySink, HistoryStore, set_task, task_signature
+from groundswell_history import sink as history_sink
 
 import groundswell
 from groundswell import Agent, WorkflowContext, workflow
@@ -158,6 +159,36 @@ async def test_an_outage_never_fails_a_run_and_nothing_is_lost(
     finally:
         manager.unregister(name)
     assert [s.status for s in real.sessions("steady")] == ["completed"] * 3
+
+
+async def test_a_long_outage_keeps_the_newest_operations_and_counts_the_rest(
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    add_sink: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(history_sink, "MAX_PENDING", 12)  # four sessions of three operations
+    real = HistoryStore(f"sqlite:///{tmp_path / 'h.db'}")
+    flaky = FlakyStore(real)
+    sink = HistorySink(url="sqlite:///unused.db", record_all=True, store=flaky)
+    add_sink(sink, name="flaky-history")
+    agent = Agent(name="patient", client=FakeAnthropicAPI().client())
+    with caplog.at_level(logging.WARNING, logger="groundswell.history"):
+        for n in range(1, 11):
+            assert await agent.prompt(f"prompt {n}")
+        assert groundswell.flush_sinks()
+    assert (sink.pending, sink.dropped) == (12, 18)
+    warnings = [r.getMessage() for r in caplog.records if "dropping the oldest" in r.getMessage()]
+    assert warnings == [
+        "session history: over 12 operations wait for sqlite:///unused.db; dropping the "
+        "oldest (counted in HistorySink.dropped)"
+    ]
+    flaky.down = False
+    sink.flush()
+    assert sink.pending == 0
+    kept = sorted(s.metadata["user"] for s in real.sessions("patient"))
+    assert kept == ["prompt 10", "prompt 7", "prompt 8", "prompt 9"]
+    real.close()
 
 
 async def test_an_agent_queries_only_its_own_past_sessions(store: HistoryStore) -> None:

@@ -21,10 +21,12 @@ PACKAGE = ROOT / "groundswell"
 # Module -> layer; a module may import modules of its own layer or below.
 LAYERS: dict[str, int] = {
     "groundswell._canonical": 0,
+    "groundswell._scrub": 0,
     "groundswell._serialize": 0,
     "groundswell.errors": 0,
     "groundswell.hookspecs": 0,
     "groundswell.events": 0,
+    "groundswell.settings_check": 0,
     "groundswell.node": 1,
     "groundswell.tree": 1,
     "groundswell._render": 1,
@@ -34,10 +36,12 @@ LAYERS: dict[str, int] = {
     # building blocks: model, prompt, tools and the data each feature works on
     "groundswell.model": 4,
     "groundswell.tools": 4,
+    "groundswell.mcp_bridge": 4,
     "groundswell.claude_hooks": 4,
     "groundswell.extraction": 4,
     "groundswell.tokens": 4,
     "groundswell.cache": 4,
+    "groundswell.cache_guard": 4,
     "groundswell.budget": 4,
     "groundswell.reflection": 4,
     "groundswell.recoverable": 4,

@@ -465,7 +465,7 @@ def test_plugin_calling_sys_exit_on_import_is_isolated(
 
 
 def test_allow_list_naming_nothing_installed_warns(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, lenient: None
 ) -> None:
     monkeypatch.setenv("GROUNDSWELL_LOAD_PLUGINS", "lur")
     manager = PluginManager()
@@ -474,6 +474,17 @@ def test_allow_list_naming_nothing_installed_warns(
     assert manager.list_plugins() == []
     assert "names 'lur', but no installed plugin has that name" in manager.warnings[0]
     assert "installed: " in caplog.text and "lru" in caplog.text
+    # The default cache it turned off says why when it is asked for.
+    with pytest.raises(ConfigurationError, match=r"'lru'.*GROUNDSWELL_LOAD_PLUGINS names 'lur'"):
+        manager.lookup(CacheBackend, "lru")
+
+
+def test_allow_list_naming_nothing_installed_raises_when_strict(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("GROUNDSWELL_LOAD_PLUGINS", "lur")
+    with pytest.raises(PluginError, match="names 'lur', but no installed plugin has that name"):
+        PluginManager(strict=True).load_entrypoints()
 
 
 def test_loading_every_bundled_plugin_stays_cheap() -> None:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -151,3 +153,66 @@ async def test_redis_backend_by_name(
     )
     await backend.bust_prefix("by-name-redis-test:")
     await backend.aclose()
+
+
+def connections(url: str) -> int:
+    """How many clients the server has, this one not counted."""
+    import redis
+
+    with redis.Redis.from_url(url) as admin:
+        return len(admin.client_list()) - 1
+
+
+def test_many_short_event_loops_leave_no_connections_open(private_redis) -> None:  # type: ignore[no-untyped-def]
+    url, _ = private_redis
+    fake = FakeAnthropicAPI(lambda r: "ok")
+    agent = Agent(name="loops", client=fake.client(), cache=RedisCache(url))
+    for i in range(200):
+        assert asyncio.run(agent.prompt(f"q{i % 7}")) == "ok"
+    # Each asyncio.run() closed its loop's connection on the way out.
+    assert connections(url) == 0
+    assert len(fake.requests) == 7  # and the cache worked across the loops
+
+
+async def test_a_hung_redis_costs_a_few_deadlines_then_is_skipped_until_it_answers(
+    private_redis,  # type: ignore[no-untyped-def]
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    monkeypatch.setenv("GROUNDSWELL_CACHE_TIMEOUT_S", "0.2")
+    monkeypatch.setenv("GROUNDSWELL_CACHE_SKIP_FOR_S", "0.5")
+    url, server = private_redis
+    fake = FakeAnthropicAPI(lambda r: f"fresh {len(fake.requests)}")
+    cache = RedisCache(url)
+    agent = Agent(name="stopped", client=fake.client(), cache=cache)
+    assert await agent.prompt("q") == "fresh 1"
+    server.send_signal(signal.SIGSTOP)  # accepts connections, never answers
+    try:
+        with caplog.at_level(logging.WARNING, "groundswell.cache"):
+            hung = [await agent.run("q") for _ in range(4)]
+            assert [r.output for r in hung] == ["fresh 2", "fresh 3", "fresh 4", "fresh 5"]
+
+            def seen(result):  # type: ignore[no-untyped-def]
+                return [
+                    (e["type"], e["operation"])
+                    for e in result.node.events
+                    if e["type"] in ("cache_error", "cache_skipped")
+                ]
+
+            assert seen(hung[0]) == [("cache_error", "get"), ("cache_error", "set")]
+            assert seen(hung[1]) == [("cache_error", "get"), ("cache_skipped", "set")]
+            assert seen(hung[3]) == [("cache_skipped", "get"), ("cache_skipped", "set")]
+            error = next(e for e in hung[0].node.events if e["type"] == "cache_error")
+            assert error["error"] == "no answer within 0.2 s"
+            assert error["backend"] == f"RedisCache at {url}"
+            server.send_signal(signal.SIGCONT)
+            await asyncio.sleep(0.6)  # past the skip window
+            back = await agent.run("q")
+    finally:
+        server.send_signal(signal.SIGCONT)
+    assert back.output == "fresh 1" and back.node.metrics["cache"] == "hit"
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) == 2
+    assert messages[0].startswith(f"cache backend RedisCache at {url} failed on get")
+    assert messages[1] == f"cache backend RedisCache at {url} works again"
+    await cache.aclose()

@@ -5,6 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 from collections.abc import Callable
@@ -238,6 +242,9 @@ def test_stuck_sink_is_not_closed_under_its_own_feet(caplog: pytest.LogCaptureFi
         hub.close(timeout=0.1)
     assert closed == [] and "stuck in handle()" in caplog.text
     stuck.release.set()
+    worker = next(t for t in threading.enumerate() if t.name == "groundswell-sink-stuck")
+    worker.join(10)
+    assert closed == []  # not later either, once handle() got through
 
 
 def test_runs_started_from_many_threads_at_once_all_reach_the_sinks(
@@ -313,3 +320,67 @@ def test_a_sink_with_flush_is_flushed_whenever_it_has_caught_up() -> None:
     # flush() ran after the three events, before hub.flush() returned.
     assert sink.flushed_at and sink.flushed_at[-1] == 3
     hub.close()
+
+
+CLOSE_BLOCKS = textwrap.dedent(
+    """
+    import asyncio, threading
+    import groundswell
+    from groundswell import EventSink, hookimpl, workflow
+
+    class NeverCloses:
+        def __init__(self):
+            self.events = 0
+
+        def handle(self, event):
+            self.events += 1
+
+        def close(self):
+            print(f"closing after {self.events} events", flush=True)
+            threading.Event().wait()  # e.g. an exporter waiting on a dead collector
+
+    class Plugin:
+        @hookimpl
+        def register_event_sinks(self):
+            return EventSink(name="never-closes", factory=NeverCloses)
+
+    groundswell.get_plugin_manager().register(Plugin(), name="never-closes-plugin")
+
+    @workflow(name="short")
+    async def short(ctx):
+        return await ctx.step("one", lambda: 1)
+
+    print("output", asyncio.run(short.run()).output, flush=True)
+    """
+)
+
+
+def test_a_sink_whose_close_blocks_does_not_hold_interpreter_exit() -> None:
+    env = {**os.environ, "GROUNDSWELL_SINK_TIMEOUT_S": "1"}
+    # A generous limit: without the deadline the process would never exit.
+    done = subprocess.run(
+        [sys.executable, "-c", CLOSE_BLOCKS], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    # Every event was handled before close() was called, at exit.
+    assert done.stdout.splitlines() == ["output 1", "closing after 4 events"]
+    assert "event sink 'never-closes' did not finish close() within 1 s" in done.stderr
+
+
+def test_closing_waits_for_close_up_to_the_deadline_and_names_the_sink(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    release = threading.Event()
+
+    class SlowToClose(RecordingSink):
+        def close(self) -> None:
+            release.wait(10)
+            super().close()
+
+    slow, quick = SlowToClose(), RecordingSink()
+    hub = SinkHub({"slow-close": slow, "quick": quick})
+    with caplog.at_level(logging.WARNING, "groundswell.sinks"):
+        hub.close(timeout=0.2)
+    assert quick.closed and not slow.closed
+    assert "event sink 'slow-close' did not finish close() within 0.2 s" in caplog.text
+    release.set()

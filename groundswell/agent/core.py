@@ -21,13 +21,16 @@ from pydantic import BaseModel
 from .._serialize import register_secret
 from ..budget import TokenBudget, check_budget
 from ..cache import Cache, ToolCachePolicy
+from ..claude_hooks import check_hooks
 from ..context_providers import check_context
 from ..errors import ConfigurationError
+from ..mcp_bridge import check_mcps, register_mcp_secrets
 from ..plugins import get_plugin_manager
-from ..prompt import NO_OVERRIDES, Prompt, PromptOverrides
+from ..prompt import NO_OVERRIDES, Prompt, PromptOverrides, check_cache_name
 from ..reflection import ReflectionConfig, ReflectionEntry, resolve_config
 from ..run_context import Frame, current_frame, new_run_tree, reset_frame, set_frame
-from ..tools import check_timeout, register_mcp_secrets
+from ..settings_check import check_flag, check_settings
+from ..tools import check_cache_policy, check_skills, check_timeout, check_tools
 from ..tree import NodeStatus, NodeType
 from .loop import run_prompt
 from .middleware import Layer, default_layers, layers_for, merge, resolve
@@ -107,32 +110,71 @@ class Agent:
     ) -> None:
         if not isinstance(name, str) or not name.strip():
             raise ConfigurationError(f"Agent name must be a non-empty string, got {name!r}")
-        if not isinstance(max_tokens, int) or max_tokens < 1:
-            raise ConfigurationError(f"max_tokens must be a positive int, got {max_tokens!r}")
-        if not isinstance(max_turns, int) or max_turns < 1:
-            raise ConfigurationError(f"max_turns must be a positive int, got {max_turns!r}")
         owner = f"agent {name!r}"
         self.name = name
-        if cache is not None and not isinstance(cache, str | Cache):
+        if model is None:
+            # Read when the agent is built, so a later GROUNDSWELL_MODEL counts too.
+            model = os.environ.get("GROUNDSWELL_MODEL", DEFAULT_MODEL)
+            if not model.strip():
+                raise ConfigurationError(
+                    f"{owner}: GROUNDSWELL_MODEL is set but empty; unset it (for the default "
+                    "model) or set it to a model name such as 'claude-sonnet-4-6'"
+                )
+        # Every request field as the SDK's types take it, and Groundswell's own numbers.
+        check_settings(
+            owner,
+            {
+                "model": model,
+                "system": system,
+                "tool_choice": tool_choice,
+                "max_tokens": max_tokens,
+                "temperature": temperature,
+                "top_p": top_p,
+                "top_k": top_k,
+                "stop_sequences": stop_sequences,
+                "metadata": metadata,
+                "thinking": thinking,
+                "betas": betas,
+                "container": container,
+                "service_tier": service_tier,
+                "extra_headers": extra_headers,
+                "extra_body": extra_body,
+                "env": env,
+                "max_turns": max_turns,
+            },
+        )
+        if max_tokens is None:
+            raise ConfigurationError(f"{owner}: max_tokens must be an int >= 0, got None")
+        if max_turns is None:
+            raise ConfigurationError(f"{owner}: max_turns must be a positive int, got None")
+        check_flag("enable_cache", enable_cache, owner)
+        check_flag("enable_reflection", enable_reflection, owner)
+        check_cache_name(cache, owner)
+        default_cache = os.environ.get("GROUNDSWELL_CACHE")
+        if cache is None and enable_cache and default_cache:
+            check_cache_name(default_cache, f"{owner} (GROUNDSWELL_CACHE)")
+        if tool_cache is not None and not isinstance(tool_cache, Mapping):
             raise ConfigurationError(
-                f"cache must be a backend name (e.g. 'lru', 'redis') or a groundswell.Cache, "
-                f"got {type(cache).__name__}"
+                f"{owner}: tool_cache must map tool names to ToolCachePolicy, "
+                f"got {type(tool_cache).__name__}"
             )
         policies = dict(tool_cache or {})
         for tool_name, policy in policies.items():
-            if not isinstance(policy, ToolCachePolicy):
+            if not isinstance(tool_name, str):
                 raise ConfigurationError(
-                    f"tool_cache[{tool_name!r}] must be a ToolCachePolicy, got {type(policy).__name__}"
+                    f"{owner}: tool_cache keys must be tool names, got {tool_name!r}"
                 )
+            check_cache_policy(policy, f"{owner}: tool_cache[{tool_name!r}]")
         if reflection is not None and not isinstance(reflection, ReflectionConfig):
             raise ConfigurationError(
                 f"Agent reflection must be a ReflectionConfig, got {type(reflection).__name__}"
             )
+        _check_client(client, owner)
         #: The settings every prompt starts from, by API name (and Groundswell's own).
         self.config: dict[str, Any] = {
-            "model": model or DEFAULT_MODEL,
+            "model": model,
             "system": system,
-            "tools": list(tools or []),
+            "tools": check_tools(tools, owner),
             "tool_choice": tool_choice,
             "max_tokens": max_tokens,
             "temperature": temperature,
@@ -146,9 +188,9 @@ class Agent:
             "service_tier": service_tier,
             "extra_headers": extra_headers,
             "extra_body": extra_body,
-            "mcps": list(mcps or []),
-            "skills": list(skills or []),
-            "hooks": dict(hooks or {}),
+            "mcps": check_mcps(mcps, env or {}, owner),
+            "skills": check_skills(skills, owner),
+            "hooks": check_hooks(hooks, owner),
             "env": dict(env or {}),
             "max_turns": max_turns,
             "tool_timeout": check_timeout(tool_timeout, owner),
@@ -179,8 +221,9 @@ class Agent:
         # (the default layers it was merged with, the merged and sorted candidates)
         self._layers: tuple[tuple[Layer, ...], tuple[Layer, ...]] | None = None
         self._client = client
-        if client is not None and isinstance(client.api_key, str):
-            register_secret(client.api_key)
+        api_key = getattr(client, "api_key", None)
+        if isinstance(api_key, str):
+            register_secret(api_key)
 
     def __getattr__(self, name: str) -> Any:
         # Plugin-declared options read as attributes too (agent.spawnable, agent.history).
@@ -386,6 +429,19 @@ def _check_options(given: Mapping[str, Any], owner: str) -> dict[str, Any]:
 
 
 _OWN_PARAMETERS = frozenset(inspect.signature(Agent.__init__).parameters) - {"self", "options"}
+
+
+def _check_client(client: Any, owner: str) -> None:
+    # Any async Messages client (AsyncAnthropic, its Bedrock/Vertex twins) has an async
+    # ``messages.create``; a sync client would only fail at the first await.
+    if client is None:
+        return
+    create = getattr(getattr(client, "messages", None), "create", None)
+    if not callable(create) or not inspect.iscoroutinefunction(inspect.unwrap(create)):
+        raise ConfigurationError(
+            f"{owner}: client must be an anthropic.AsyncAnthropic (offline: "
+            f"groundswell.testing.FakeAnthropicAPI().client()), got {type(client).__name__}"
+        )
 
 
 def _as_prompt(prompt: Prompt[Any] | str) -> Prompt[Any]:

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, GroundswellError, PluginError
 from ..model import build_request
 from ..plugins import get_plugin_manager
 from ..tools import Tool, ToolHandler, tool_for
@@ -128,8 +128,19 @@ class Toolbox:
 
 
 def _toolset(name: str) -> list[Any]:
-    record = get_plugin_manager().lookup("register_tool_providers", name)
-    produced = record.factory()
+    manager = get_plugin_manager()
+    record = manager.lookup("register_tool_providers", name)
+    try:
+        produced = record.factory()
+    except GroundswellError:
+        raise  # a deliberate error of the plugin's (e.g. a missing extra) says enough
+    except Exception as exc:
+        plugin = manager.owner("register_tool_providers", name) or name
+        raise PluginError(
+            f"toolset {name!r} of plugin {plugin!r} failed to make its tools: "
+            f"{type(exc).__name__}: {exc}",
+            plugin=plugin,
+        ) from exc
     items = list(produced) if not isinstance(produced, Mapping | Tool) else [produced]
     for item in items:
         # Recorded on their tool-call nodes, so sinks can treat a toolset's results apart.

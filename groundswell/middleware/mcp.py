@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..agent import Middleware, PromptNext, PromptResult, PromptRun
-from ..tools import MCPBridge
+from ..mcp_bridge import MCPBridge
 
 __all__ = ["MCPServers"]
 

@@ -14,6 +14,10 @@ kept in ``$GROUNDSWELL_HOME/history-api.secret`` (created on first use, mode
 
 Every query (answered or refused) is logged on ``groundswell.history.api`` and
 emitted to the registered event sinks as an ``introspection.query`` event.
+What the API logs and answers goes through `groundswell.scrub`, the scrubber
+every output uses: a credential sent by mistake (``?access_token=...``) is
+never echoed in a 422 body, a log line or an event, nor in uvicorn's own
+request log.
 """
 
 import base64
@@ -27,6 +31,7 @@ import secrets
 import tempfile
 import threading
 import time
+import urllib.parse
 from collections.abc import AsyncIterator
 from pathlib import Path as FilePath
 from typing import Annotated, Any
@@ -38,7 +43,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field
+from starlette.convertors import Convertor, register_url_convertor
 
+import groundswell
 from groundswell import ConfigurationError, NodeStatus, NodeType
 from groundswell.run_context import new_run_tree
 
@@ -57,8 +64,29 @@ SECRET_ENV = "GROUNDSWELL_HISTORY_SECRET"
 SECRET_FILE = "history-api.secret"
 TOKEN_PREFIX = "gsh"
 MAX_LIMIT = 100
+REDACTED = "**********"
 # Agent ids are names: any text but NUL, which PostgreSQL cannot store or compare.
 AGENT_ID_PATTERN = r"^[^\x00]+$"
+
+
+class _AnyText(Convertor[str]):
+    """Starlette's ``path`` convertor, line breaks included.
+
+    Its ``.*`` stops at a line break, so an agent name holding one (``%0A`` in
+    the URL) matched no route and got an undocumented 404; with this it reaches
+    the route and its documented answers (401, 403, 422).
+    """
+
+    regex = "(?s:.*)"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("groundswell_any_text", _AnyText())
 
 
 def load_secret(*, create: bool = True) -> bytes:
@@ -248,6 +276,60 @@ class Problem(BaseModel):
     message: str | None = None
 
 
+class _ScrubbedLog(logging.Filter):
+    """Scrubs secrets from the records of the logger it is added to.
+
+    `create_app` adds it to uvicorn's loggers, whose request lines would
+    otherwise show a token sent in the query string.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str):
+            record.msg = _scrub_logged(record.msg)
+        if isinstance(record.args, tuple):
+            # Scrubbed one by one: uvicorn's access formatter unpacks the tuple.
+            record.args = tuple(_scrub_logged(a) if isinstance(a, str) else a for a in record.args)
+        elif record.args:
+            record.args = groundswell.redact(record.args)
+        return True
+
+
+def _scrub_logged(text: str) -> str:
+    """``text`` scrubbed, and scrubbed again URL-decoded: a request line shows the
+    query string as sent (``?note=Bearer%20...``). When the decoded text held a
+    secret, the decoded, scrubbed text is what gets logged."""
+    text = groundswell.scrub(text)
+    if "%" not in text and "+" not in text:
+        return text
+    decoded = urllib.parse.unquote_plus(text)
+    cleaned = groundswell.scrub(decoded)
+    return cleaned if cleaned != decoded else text
+
+
+def _scrub_server_logs() -> None:
+    """Add `_ScrubbedLog` to uvicorn's loggers (once; logging config keeps filters)."""
+    for name in ("uvicorn.access", "uvicorn.error"):
+        target = logging.getLogger(name)
+        if not any(isinstance(f, _ScrubbedLog) for f in target.filters):
+            target.addFilter(_ScrubbedLog())
+
+
+def _hide_secret_inputs(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Validation errors without the values of secret-named parameters, then scrubbed.
+
+    The value of ``?access_token=...`` is a credential however it looks, so
+    it is dropped by name; every other value is scrubbed like all output.
+    """
+    hidden = []
+    for error in errors:
+        loc = error.get("loc") or ()
+        if loc and isinstance(loc[-1], str) and groundswell.is_secret_key(loc[-1]):
+            error = {**error, "input": REDACTED}
+        hidden.append(error)
+    cleaned: list[dict[str, Any]] = groundswell.redact(hidden)
+    return cleaned
+
+
 def _problem(status: int, message: str) -> JSONResponse:
     """A refusal in the shape `Problem` documents."""
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
@@ -261,6 +343,7 @@ def create_app(store: HistoryStore | str | None = None, *, secret: bytes | None 
     chosen = store if isinstance(store, HistoryStore) else HistoryStore(store or default_url())
     key = load_secret() if secret is None else secret
     events = QueryEvents()
+    _scrub_server_logs()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -282,6 +365,7 @@ def create_app(store: HistoryStore | str | None = None, *, secret: bytes | None 
     bearer = HTTPBearer(auto_error=False, description="the agent's token")
 
     def record_query(record: dict[str, Any]) -> None:
+        record = groundswell.redact(record)  # it holds what the caller sent
         status = record.get("status")
         logger.info(
             "introspection query %s: %s", "answered" if status == 200 else "refused", record
@@ -308,6 +392,7 @@ def create_app(store: HistoryStore | str | None = None, *, secret: bytes | None 
         ]
 
     def invalid(request: Request, errors: list[dict[str, Any]]) -> JSONResponse:
+        errors = _hide_secret_inputs(errors)
         parts = []
         for error in errors:
             where = ".".join(str(p) for p in error.get("loc", ())[1:]) or "request"
@@ -341,13 +426,16 @@ def create_app(store: HistoryStore | str | None = None, *, secret: bytes | None 
         try:
             chosen.ping()
         except Exception as exc:
-            logger.warning("history store error: %s: %s", type(exc).__name__, exc)
+            logger.warning(
+                "history store error: %s: %s", type(exc).__name__, groundswell.scrub(str(exc))
+            )
             return _problem(503, "the history store cannot be reached")
         return {"status": "ok", "schema_version": SCHEMA_VERSION}
 
     @app.get(
-        # :path, so agent names with "/" in them work (escaped or not).
-        "/api/introspection/{agent_id:path}",
+        # Like :path, so agent names with "/" in them work (escaped or not), and
+        # line breaks too.
+        "/api/introspection/{agent_id:groundswell_any_text}",
         response_model=IntrospectionResponse,
         # Sessions carry "iterations" only when asked for.
         response_model_exclude_unset=True,
@@ -431,9 +519,15 @@ def create_app(store: HistoryStore | str | None = None, *, secret: bytes | None 
             sqlalchemy.exc.OperationalError,
             sqlalchemy.exc.InterfaceError,
         ) as exc:
-            logger.warning("history store error: %s: %s", type(exc).__name__, exc)
+            logger.warning(
+                "history store error: %s: %s", type(exc).__name__, groundswell.scrub(str(exc))
+            )
             return refusal(503, "the history store cannot be reached; try again", record)
-        sessions = [{**s.to_dict(), "relevance": round(score, 6)} for s, score in ranked]
+        # Scrubbed again: rows stored before a secret was registered (or by an
+        # older filter) are answered without it.
+        sessions = groundswell.redact(
+            [{**s.to_dict(), "relevance": round(score, 6)} for s, score in ranked]
+        )
         record.update(
             status=200, count=len(sessions), ms=round((time.perf_counter() - started) * 1000, 2)
         )

@@ -5,12 +5,19 @@ prompt above it) of an agent built with ``Agent(history=True)``, or of any
 agent when ``GROUNDSWELL_HISTORY_URL`` is set. Its iterations are the model
 turns and tool calls directly under that prompt node.
 
-Writes are queued by `HistorySink.handle` and committed in batches when
-the sink has caught up with the run (`flush`), so recording never slows
-a run. When the store cannot be reached the batch is kept and tried again at
-the next flush; a warning says so once per outage, and at most
-``MAX_PENDING`` operations wait (the oldest are dropped and counted beyond
-that). A run never fails because of its history.
+`HistorySink.handle` turns events into store operations and queues them; they
+are committed in one transaction when ``commit_every`` operations wait
+(``GROUNDSWELL_HISTORY_COMMIT_EVERY``, default `COMMIT_EVERY`), when the oldest
+has waited ``commit_s`` seconds (``GROUNDSWELL_HISTORY_COMMIT_S``, default
+`COMMIT_S`), or when the sink has caught up with the runs (`HistorySink.flush`),
+whichever comes first. So a busy process that never lets the sink catch up
+still commits steadily, and a crash loses at most the last bound's worth.
+
+When the store cannot be reached the operations are kept and tried again
+(bound-triggered tries at most every `RETRY_S` seconds); a warning says so
+once per outage, and at most `MAX_PENDING` operations wait: beyond that the
+oldest are dropped, counted in `HistorySink.dropped`, and a warning says so
+once per outage. A run never fails because of its history.
 """
 
 from __future__ import annotations
@@ -23,14 +30,21 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
-from groundswell import Event
+from groundswell import ConfigurationError, Event
 
 from .store import HistoryStore, default_url, safe_url
 
-__all__ = ["MAX_PENDING", "HistorySink", "set_task"]
+__all__ = ["COMMIT_EVERY", "COMMIT_S", "MAX_PENDING", "RETRY_S", "HistorySink", "set_task"]
 
 logger = logging.getLogger("groundswell.history")
+#: Operations (a session's start, each of its iterations, its end) per commit.
+COMMIT_EVERY = 500
+#: Seconds an operation may wait for its commit.
+COMMIT_S = 1.0
+#: Operations kept while the store is unreachable; the oldest go beyond that.
 MAX_PENDING = 100_000
+#: Seconds between bound-triggered tries while the store is unreachable.
+RETRY_S = 5.0
 TASK_EVENT = "history_task"
 _RECORDED = ("model_call", "tool_call", "mcp_call")
 
@@ -69,16 +83,38 @@ class HistorySink:
     """Records sessions from tree events; see the module docstring."""
 
     def __init__(
-        self, url: str | None = None, *, record_all: bool | None = None, store: Any = None
+        self,
+        url: str | None = None,
+        *,
+        record_all: bool | None = None,
+        store: Any = None,
+        commit_every: int | None = None,
+        commit_s: float | None = None,
     ) -> None:
+        """``commit_every`` and ``commit_s`` default to ``GROUNDSWELL_HISTORY_COMMIT_EVERY``
+        and ``GROUNDSWELL_HISTORY_COMMIT_S``, else `COMMIT_EVERY` and `COMMIT_S`.
+
+        Raises `ConfigurationError` when either is not a number above zero.
+        """
         self.url = url or default_url()
         #: Record every agent's sessions, not only ``Agent(history=True)`` ones.
         self.record_all = (
             bool(os.environ.get("GROUNDSWELL_HISTORY_URL")) if record_all is None else record_all
         )
+        #: Commit when this many operations wait...
+        self.commit_every = int(_setting("COMMIT_EVERY", commit_every, COMMIT_EVERY, whole=True))
+        #: ...or when the oldest has waited this many seconds.
+        self.commit_s = _setting("COMMIT_S", commit_s, COMMIT_S, whole=False)
         self._store: HistoryStore | None = store
         self._pending: deque[tuple[str, dict[str, Any]]] = deque()
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards _pending, _writing and _oldest
+        self._write_lock = threading.Lock()  # one commit at a time, in queue order
+        self._writing = 0  # operations taken out of _pending by the commit under way
+        self._oldest: float | None = None  # when the oldest waiting operation was queued
+        self._retry_at = 0.0  # no bound-triggered try before this (while the store is down)
+        self._dropping = False  # dropping since the last commit (warned once)
+        #: Operations committed so far.
+        self.committed = 0
         # What the sink must remember between events: the parent and type of every
         # node of a run (to find top-level prompts and their tasks), the tasks set
         # on nodes, and the sessions being recorded.
@@ -96,7 +132,7 @@ class HistorySink:
     # -- events ---------------------------------------------------------------------
 
     def handle(self, event: Event) -> None:
-        """Turn one event into store operations (written at the next flush)."""
+        """Turn one event into store operations; commit them when a bound is reached."""
         data = event.data
         if event.kind == "node_start":
             self._started(event.run_id, data)
@@ -106,6 +142,8 @@ class HistorySink:
             inner = data.get("event") or {}
             if inner.get("type") == TASK_EVENT:
                 self._tasks[str(data.get("id"))] = dict(inner)
+        if self._due():
+            self._commit()
 
     def _started(self, run_id: str, data: Mapping[str, Any]) -> None:
         node_id, parent = str(data["id"]), data.get("parent_id")
@@ -218,10 +256,37 @@ class HistorySink:
 
     def _queue(self, method: str, **kwargs: Any) -> None:
         with self._lock:
-            if len(self._pending) >= MAX_PENDING:
-                self._pending.popleft()
-                self.dropped += 1
+            if self._oldest is None:
+                self._oldest = time.monotonic()
             self._pending.append((method, kwargs))
+            self._trim()
+
+    def _trim(self) -> None:
+        """Drop the oldest operations beyond MAX_PENDING (with the lock held): only
+        while the store is down, since otherwise a commit comes every COMMIT_EVERY."""
+        over = len(self._pending) - MAX_PENDING
+        if over <= 0:
+            return
+        for _ in range(over):
+            self._pending.popleft()
+        if not self._dropping:
+            self._dropping = True
+            logger.warning(
+                "session history: over %d operations wait for %s; dropping the oldest "
+                "(counted in HistorySink.dropped)",
+                MAX_PENDING,
+                self.store_label(),
+            )
+        self.dropped += over
+
+    def _due(self) -> bool:
+        """Whether a bound is reached: COMMIT_EVERY operations, or the oldest COMMIT_S old."""
+        if not self._pending or self._oldest is None:
+            return False
+        now = time.monotonic()
+        if now < self._retry_at:
+            return False
+        return len(self._pending) >= self.commit_every or now - self._oldest >= self.commit_s
 
     @property
     def store(self) -> HistoryStore:
@@ -231,33 +296,43 @@ class HistorySink:
         return self._store
 
     def flush(self) -> None:
-        """Write what is queued; keep it for the next flush if the store is down."""
-        with self._lock:
-            batch = list(self._pending)
-        if not batch:
-            return
-        try:
-            self.store.write_batch(batch)
-        except Exception as exc:
-            if _bad_data(exc):
-                # One operation the database refuses (say, a value too odd for
-                # it) must not hold back every session after it: write them one
-                # at a time and drop only what is refused.
-                self._write_each(batch)
-            else:
-                self._outage_seen(exc, len(batch))
-            return
-        self._written(len(batch))
+        """Commit what is queued now (the hub calls this whenever the sink has caught up).
+
+        When the store is down the operations are kept for the next try.
+        """
+        self._commit()
+
+    def _commit(self) -> None:
+        with self._write_lock:
+            with self._lock:
+                batch = list(self._pending)
+                self._pending.clear()
+                self._writing = len(batch)
+            if not batch:
+                return
+            try:
+                self.store.write_batch(batch)
+            except Exception as exc:
+                if _bad_data(exc):
+                    # One operation the database refuses (say, a value too odd for
+                    # it) must not hold back every session after it: write them one
+                    # at a time and drop only what is refused.
+                    self._write_each(batch)
+                else:
+                    self._outage_seen(exc, batch)
+                return
+            self._written(len(batch))
 
     def _write_each(self, batch: list[tuple[str, dict[str, Any]]]) -> None:
         done = 0
-        for operation in batch:
+        for index, operation in enumerate(batch):
             try:
                 self.store.write_batch([operation])
             except Exception as exc:
                 if not _bad_data(exc):
-                    self._outage_seen(exc, len(batch) - done)
-                    break
+                    self.committed += done
+                    self._outage_seen(exc, batch[index:])
+                    return
                 self.dropped += 1
                 logger.warning(
                     "session history: %s refused %s (%s: %s); dropped",
@@ -266,10 +341,17 @@ class HistorySink:
                     type(exc).__name__,
                     str(exc).splitlines()[0] if str(exc) else "",
                 )
-            done += 1
+            else:
+                done += 1
         self._written(done)
 
-    def _outage_seen(self, exc: BaseException, kept: int) -> None:
+    def _outage_seen(self, exc: BaseException, kept: list[tuple[str, dict[str, Any]]]) -> None:
+        with self._lock:
+            # Back in front of what was queued meanwhile, so the order stays the runs' order.
+            self._pending.extendleft(reversed(kept))
+            self._writing = 0
+            self._trim()
+        self._retry_at = time.monotonic() + RETRY_S
         self.failures += 1
         self.last_error = f"{type(exc).__name__}: {exc}"
         if not self._outage:
@@ -278,13 +360,16 @@ class HistorySink:
                 "session history: cannot write to %s (%s); %d operations kept to retry",
                 self.store_label(),
                 self.last_error,
-                kept,
+                len(kept),
             )
 
     def _written(self, count: int) -> None:
         with self._lock:
-            for _ in range(count):
-                self._pending.popleft()
+            self.committed += count
+            self._writing = 0
+            self._oldest = time.monotonic() if self._pending else None
+            self._dropping = False
+        self._retry_at = 0.0
         if self._outage and count:
             self._outage = False
             logger.warning("session history: writing to %s again", self.store_label())
@@ -295,12 +380,13 @@ class HistorySink:
 
     @property
     def pending(self) -> int:
-        """Operations waiting to be written."""
-        return len(self._pending)
+        """Operations not committed yet (queued, or in a commit under way)."""
+        with self._lock:
+            return len(self._pending) + self._writing
 
     def close(self) -> None:
-        """Write what is left (once), then release the store."""
-        self.flush()
+        """Commit what is left (once), then release the store."""
+        self._commit()
         if self._pending:
             logger.warning(
                 "session history: %d operations could not be written to %s: %s",
@@ -310,6 +396,21 @@ class HistorySink:
             )
         if self._store is not None:
             self._store.close()
+
+
+def _setting(name: str, given: float | None, default: float, *, whole: bool) -> float:
+    """``given``, else ``GROUNDSWELL_HISTORY_<name>``, else ``default``; above zero."""
+    variable = f"GROUNDSWELL_HISTORY_{name}"
+    raw: object = given if given is not None else os.environ.get(variable) or default
+    try:
+        value = int(str(raw)) if whole else float(str(raw))
+    except ValueError:
+        value = 0
+    if not value > 0:
+        source = f"{variable}={raw!r}" if given is None else f"{name.lower()}={raw!r}"
+        kind = "a whole number of operations" if whole else "a number of seconds"
+        raise ConfigurationError(f"session history: {source} must be {kind} above zero")
+    return value
 
 
 def _bad_data(exc: BaseException) -> bool:

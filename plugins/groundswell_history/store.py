@@ -6,21 +6,19 @@ schema is created, and migrated, by the store itself. SQLite runs in WAL mode
 with a busy timeout, so several processes can write at once and a process
 killed mid-write leaves a readable file.
 
-Everything stored passes through `groundswell.redact` plus a filter for
-keys and bearer tokens, so credentials never reach the store.
+Everything stored passes through `groundswell.redact`, the scrubber every
+output uses, so credentials never reach the store.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import math
 import os
 import re
-import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -44,29 +42,6 @@ __all__ = [
 SCHEMA_VERSION = 1
 MEMORY_KINDS = ("context", "learning", "preference", "error_pattern", "success_pattern")
 MemoryKind = Literal["context", "learning", "preference", "error_pattern", "success_pattern"]
-REDACTED = "**********"
-# Secret-looking values wherever they appear in text: Anthropic and other
-# well-known key formats, bearer tokens, and the value of "password=...",
-# "api_key: ..." and the like (the name is kept so the text still reads).
-_SECRET_TEXT = re.compile(
-    r"sk-ant-[A-Za-z0-9_\-]{8,}"
-    r"|sk-(?:proj-|svcacct-)?[A-Za-z0-9_\-]{20,}"
-    r"|(?:sk|pk|rk)_(?:live|test)_[A-Za-z0-9]{8,}"
-    r"|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}"
-    r"|glpat-[A-Za-z0-9_\-]{16,}|xox[abprs]-[A-Za-z0-9\-]{10,}|AKIA[0-9A-Z]{16}"
-    r"|AIza[0-9A-Za-z_\-]{35}"
-    r"|(?i:bearer\s+)[A-Za-z0-9._\-]{12,}|(?i:basic\s+)[A-Za-z0-9+/=]{8,}"
-)
-# name=value where the name says it holds a secret, as a word or part of one
-# (DB_PASSWORD=, OPENAI_API_KEY=, "client_secret": ...).
-_SECRET_ASSIGNMENT = re.compile(
-    r"(?i)((?:[A-Za-z0-9]+[_\-.])*(?:api[_\-]?key|access[_\-]?key|secret(?:[_\-]?key)?|token"
-    r"|password|passwd|pwd|credentials?|private[_\-]?key|auth(?:orization)?)"
-    r"(?:[_\-.][A-Za-z0-9]+)*[\"']?\s*[:=]\s*"
-    r"[\"']?)([^\s\"',;}]{4,})"
-)
-# user:password@ in URLs (postgresql://admin:S3cret@db/app).
-_URL_PASSWORD = re.compile(r"(\b[a-z][a-z0-9+.\-]*://[^:/@\s]+:)[^@\s/]+@", re.IGNORECASE)
 SUMMARY_CHARS = 2_000
 
 
@@ -98,33 +73,21 @@ def default_url() -> str:
 
 
 def clean(value: Any) -> Any:
-    """``value`` made JSON-safe with credentials removed (keys, registered secrets, tokens)."""
-    return _strings(groundswell.redact(value))
+    """``value`` made JSON-safe by `groundswell.redact` (the scrubber every output
+    uses), with NUL characters removed from its text (PostgreSQL cannot store them)."""
+    cleaned = groundswell.redact(value)
+    stripped = _no_nul(cleaned)
+    # Removing a NUL can join a secret back together ("pass\0word=..."): scrub again.
+    return stripped if stripped == cleaned else groundswell.redact(stripped)
 
 
-def scrub(text: str) -> str:
-    """``text`` with secret-looking values (keys, tokens, ``password=...``) replaced,
-    and NUL characters removed (PostgreSQL cannot store them)."""
-    text = _SECRET_TEXT.sub(REDACTED, text.replace("\x00", ""))
-    text = _URL_PASSWORD.sub(lambda m: f"{m.group(1)}{REDACTED}@", text)
-    return _SECRET_ASSIGNMENT.sub(_redact_assignment, text)
-
-
-def _redact_assignment(match: re.Match[str]) -> str:
-    name, value = match.group(1), match.group(2)
-    # "input_token_count: 1234" is usage, not a credential; a numeric password is not.
-    if "token" in name.lower() and value.replace(".", "").isdigit():
-        return match.group(0)
-    return name + REDACTED
-
-
-def _strings(value: Any) -> Any:
+def _no_nul(value: Any) -> Any:
     if isinstance(value, str):
-        return scrub(value)
+        return value.replace("\x00", "")
     if isinstance(value, dict):
-        return {k: _strings(v) for k, v in value.items()}
+        return {k: _no_nul(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_strings(v) for v in value]
+        return [_no_nul(v) for v in value]
     return value
 
 
@@ -212,9 +175,6 @@ class HistoryStore:
         if self.engine.dialect.name == "sqlite":
             sa.event.listen(self.engine, "connect", _sqlite_pragmas)
         self._tables = _tables(sa)
-        # The connection write_batch() is using, per thread, so the public write
-        # methods join its transaction instead of opening their own.
-        self._batch = threading.local()
         try:
             # Reach the server once before migrating, so an unreachable one fails
             # fast instead of going through migrate()'s retry.
@@ -291,47 +251,55 @@ class HistoryStore:
         run_id: str | None = None,
     ) -> None:
         """Record that a session started (status ``running``)."""
-        sessions = self._tables[2]
-        with self._transaction() as conn:
-            conn.execute(
-                sessions.insert().values(
-                    id=session_id,
-                    agent_id=agent_id,
-                    status="running",
-                    started_at=time.time() if started_at is None else started_at,
-                    task_id=task_id,
-                    task_signature=str(task_signature) if task_signature else None,
-                    title=clean(title) if title else None,
-                    category=category,
-                    file_patterns=json.dumps(sorted(set(file_patterns))),
-                    metadata=json.dumps(clean(dict(metadata or {}))),
-                    run_id=run_id,
-                )
-            )
+        fields: dict[str, Any] = {"started_at": started_at, "task_id": task_id, "run_id": run_id}
+        fields |= {"task_signature": task_signature, "title": title, "category": category}
+        fields |= {"file_patterns": file_patterns, "metadata": metadata}
+        self.write_batch(
+            [("start_session", {"session_id": session_id, "agent_id": agent_id, **fields})]
+        )
 
     def write_batch(self, operations: Sequence[tuple[str, Mapping[str, Any]]]) -> None:
         """Apply ``(method, kwargs)`` operations (``start_session``, ``add_iteration``,
-        ``end_session``) in one transaction: all of them or none."""
-        for method, _ in operations:
-            if method not in ("start_session", "add_iteration", "end_session"):
-                raise ValueError(f"write_batch: unknown operation {method!r}")
-        with self.engine.begin() as conn:
-            self._batch.conn = conn
-            try:
-                for method, kwargs in operations:
-                    getattr(self, method)(**kwargs)
-            finally:
-                self._batch.conn = None
+        ``end_session``) in one transaction: all of them or none.
 
-    @contextlib.contextmanager
-    def _transaction(self) -> Iterator[Any]:
-        """The connection of the batch this thread is writing, else a new transaction."""
-        conn = getattr(self._batch, "conn", None)
-        if conn is not None:
-            yield conn
-            return
+        The rows are built first and written with one multi-row statement per
+        table, so a batch of thousands costs a few statements, not thousands.
+        """
+        rows: dict[str, list[dict[str, Any]]] = {name: [] for name in _ROWS}
+        for method, kwargs in operations:
+            if method not in _ROWS:
+                raise ValueError(f"write_batch: unknown operation {method!r}")
+            rows[method].append(_ROWS[method](**kwargs))
+        sa = _sqlalchemy()
+        sessions, iterations = self._tables[2], self._tables[3]
         with self.engine.begin() as conn:
-            yield conn
+            if rows["start_session"]:
+                conn.execute(sessions.insert(), rows["start_session"])
+            if rows["add_iteration"]:
+                self._number(conn, rows["add_iteration"], {r["id"] for r in rows["start_session"]})
+                conn.execute(iterations.insert(), rows["add_iteration"])
+            if rows["end_session"]:
+                # The SET clause comes from the rows' keys other than "session".
+                ended = sessions.update().where(sessions.c.id == sa.bindparam("session"))
+                conn.execute(ended, rows["end_session"])
+
+    def _number(self, conn: Any, rows: list[dict[str, Any]], new: set[str]) -> None:
+        """Give each iteration row its ``seq``: after the iterations its session already
+        has (none for a session started in this batch), in the order given."""
+        sa = _sqlalchemy()
+        iterations = self._tables[3]
+        known = sorted({row["session_id"] for row in rows} - new)
+        counts: dict[str, int] = {}
+        for start in range(0, len(known), 500):  # under every database's parameter limit
+            chunk = known[start : start + 500]
+            found = conn.execute(
+                sa.select(iterations.c.session_id, sa.func.count())
+                .where(iterations.c.session_id.in_(chunk))
+                .group_by(iterations.c.session_id)
+            )
+            counts.update((sid, int(count)) for sid, count in found)
+        for row in rows:
+            row["seq"] = counts[row["session_id"]] = counts.get(row["session_id"], 0) + 1
 
     def end_session(
         self,
@@ -343,18 +311,8 @@ class HistoryStore:
         error: str | None = None,
     ) -> None:
         """Record how a session ended, with a secret-free summary of its output or error."""
-        sessions = self._tables[2]
-        with self._transaction() as conn:
-            conn.execute(
-                sessions.update()
-                .where(sessions.c.id == session_id)
-                .values(
-                    status=status,
-                    ended_at=time.time() if ended_at is None else ended_at,
-                    output_summary=None if output is None else summarize(output),
-                    error=None if error is None else summarize(error),
-                )
-            )
+        fields: dict[str, Any] = {"ended_at": ended_at, "output": output, "error": error}
+        self.write_batch([("end_session", {"session_id": session_id, "status": status, **fields})])
 
     def add_iteration(
         self,
@@ -371,29 +329,9 @@ class HistoryStore:
         usage: Mapping[str, int] | None = None,
     ) -> None:
         """Record one iteration of a session: a model turn, a tool call or an error."""
-        sa = _sqlalchemy()
-        iterations = self._tables[3]
-        with self._transaction() as conn:
-            seq = conn.execute(
-                sa.select(sa.func.count())
-                .select_from(iterations)
-                .where(iterations.c.session_id == session_id)
-            ).scalar_one()
-            conn.execute(
-                iterations.insert().values(
-                    session_id=session_id,
-                    seq=int(seq) + 1,
-                    kind=kind,
-                    name=name,
-                    status=status,
-                    input_summary=None if input is None else summarize(input),
-                    output_summary=None if output is None else summarize(output),
-                    error=None if error is None else summarize(error),
-                    started_at=started_at,
-                    ended_at=ended_at,
-                    usage=json.dumps(dict(usage or {})),
-                )
-            )
+        fields: dict[str, Any] = {"name": name, "status": status, "input": input, "output": output}
+        fields |= {"error": error, "started_at": started_at, "ended_at": ended_at, "usage": usage}
+        self.write_batch([("add_iteration", {"session_id": session_id, "kind": kind, **fields})])
 
     def session(self, session_id: str, *, include_iterations: bool = True) -> Session | None:
         """One session by id, or ``None``."""
@@ -700,6 +638,89 @@ class HistoryStore:
 
 def _digest(text: str) -> str:
     return hashlib.sha256(text.strip().encode()).hexdigest()[:16]
+
+
+def _session_row(
+    session_id: str,
+    agent_id: str,
+    *,
+    started_at: float | None = None,
+    task_id: str | None = None,
+    task_signature: str | None = None,
+    title: str | None = None,
+    category: str | None = None,
+    file_patterns: Sequence[str] = (),
+    metadata: Mapping[str, Any] | None = None,
+    run_id: str | None = None,
+) -> dict[str, Any]:
+    return {
+        "id": session_id,
+        "agent_id": agent_id,
+        "status": "running",
+        "started_at": time.time() if started_at is None else started_at,
+        "ended_at": None,
+        "task_id": task_id,
+        "task_signature": str(task_signature) if task_signature else None,
+        "title": clean(title) if title else None,
+        "category": category,
+        "file_patterns": json.dumps(sorted(set(file_patterns))),
+        "metadata": json.dumps(clean(dict(metadata or {}))),
+        "output_summary": None,
+        "error": None,
+        "run_id": run_id,
+    }
+
+
+def _end_row(
+    session_id: str,
+    status: str,
+    *,
+    ended_at: float | None = None,
+    output: Any = None,
+    error: str | None = None,
+) -> dict[str, Any]:
+    return {
+        "session": session_id,
+        "status": status,
+        "ended_at": time.time() if ended_at is None else ended_at,
+        "output_summary": None if output is None else summarize(output),
+        "error": None if error is None else summarize(error),
+    }
+
+
+def _iteration_row(
+    session_id: str,
+    kind: str,
+    *,
+    name: str = "",
+    status: str = "completed",
+    input: Any = None,
+    output: Any = None,
+    error: str | None = None,
+    started_at: float | None = None,
+    ended_at: float | None = None,
+    usage: Mapping[str, int] | None = None,
+) -> dict[str, Any]:
+    return {
+        "session_id": session_id,
+        "kind": kind,
+        "name": name,
+        "status": status,
+        "input_summary": None if input is None else summarize(input),
+        "output_summary": None if output is None else summarize(output),
+        "error": None if error is None else summarize(error),
+        "started_at": started_at,
+        "ended_at": ended_at,
+        "usage": json.dumps(dict(usage or {})),
+    }
+
+
+# write_batch's operations: each builds the row its method writes.
+_ROWS: dict[str, Any] = {
+    "start_session": _session_row,
+    "add_iteration": _iteration_row,
+    "end_session": _end_row,
+}
 
 
 def safe_url(url: str) -> str:

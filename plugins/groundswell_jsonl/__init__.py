@@ -6,7 +6,9 @@ is ``result.tree.root.id``). Lines reach the file each time the sink has
 caught up with the run (every 20 ms or so while it runs), so a crashed process
 leaves a log that still loads: ``EventTree.load(path)`` (or ``groundswell tree
 path``) rebuilds the tree, as far as it got, after the process has gone.
-Without the variable the sink is off and costs nothing.
+Without the variable the sink is off and costs nothing. Every line goes
+through `groundswell.redact`, the scrubber every output uses, so the log
+holds no secret.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import IO, Any
 
-from groundswell import Event, EventSink, hookimpl
+from groundswell import Event, EventSink, hookimpl, redact
 
 __all__ = ["TRACE_DIR_ENV", "JsonlSink", "trace_path"]
 
@@ -70,7 +72,7 @@ class JsonlSink:
     def handle(self, event: Event) -> None:
         run_id = event.run_id
         f = self._file(event)
-        f.write(json.dumps(event.to_record(), separators=(",", ":")) + "\n")
+        f.write(json.dumps(redact(event.to_record()), separators=(",", ":")) + "\n")
         if event.kind == "node_end" and event.data.get("id") == run_id:
             self._finished.add(run_id)
         if run_id in self._finished:

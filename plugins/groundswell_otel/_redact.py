@@ -11,26 +11,25 @@ from opentelemetry.trace import Status
 
 import groundswell
 
-from ._text import REDACTED, clean_text, env_secrets
+REDACTED = "**********"
 
 
 class RedactingSpanExporter(SpanExporter):
     """Wrap any ``SpanExporter`` so exported spans carry no secrets.
 
-    Removes the value of every attribute (on spans and span events) whose key
-    looks like a credential, and replaces inside every string: values
-    registered with `groundswell.register_secret` (API keys, agents'
-    ``env`` values), this process's secret-looking environment variables, and
-    anything shaped like an Anthropic key or bearer token. Exception messages
-    and status descriptions are cleaned the same way.
+    Every string (span names, attribute values, event attributes, exception
+    messages, status descriptions) goes through `groundswell.scrub`, the
+    scrubber every Groundswell output uses; the value of every attribute whose
+    key is a secret name (`groundswell.is_secret_key`) is replaced whole,
+    flags excepted. Other numbers stay numbers.
     """
 
     def __init__(self, inner: SpanExporter) -> None:
         self.inner = inner
-        self._env = env_secrets()
 
-    def _text(self, text: str) -> str:
-        return clean_text(text, self._env)
+    @staticmethod
+    def _text(text: str) -> str:
+        return groundswell.scrub(text)
 
     def _value(self, value: Any) -> Any:
         if isinstance(value, str):
@@ -41,7 +40,7 @@ class RedactingSpanExporter(SpanExporter):
 
     def _attributes(self, attributes: Mapping[str, Any] | None) -> dict[str, Any]:
         return {
-            k: REDACTED if groundswell.is_secret_key(k) else self._value(v)
+            k: REDACTED if groundswell.is_secret_key(k) and _hides(v) else self._value(v)
             for k, v in (attributes or {}).items()
         }
 
@@ -75,3 +74,8 @@ class RedactingSpanExporter(SpanExporter):
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
         return self.inner.force_flush(timeout_millis)
+
+
+def _hides(value: Any) -> bool:
+    # As in groundswell.redact: a flag under a secret name ("auth.enabled") says nothing.
+    return value is not None and not isinstance(value, bool)

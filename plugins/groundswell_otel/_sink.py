@@ -17,7 +17,6 @@ import groundswell
 from groundswell import Event
 
 from . import attributes as A
-from ._text import clean, clean_text, env_secrets
 
 logger = logging.getLogger("groundswell.otel")
 
@@ -140,7 +139,6 @@ class OTelSink:
         self._tracer = provider.get_tracer("groundswell", groundswell.__version__)
         self._runs: OrderedDict[str, _Run] = OrderedDict()
         self._closed = False
-        self._env = env_secrets()
 
     # -- event dispatch -----------------------------------------------------------
 
@@ -171,7 +169,8 @@ class OTelSink:
         return None
 
     def _start(self, run_id: str, data: dict[str, Any]) -> None:
-        node_type, name, payload = data["type"], data["name"], data.get("payload") or {}
+        node_type, payload = data["type"], data.get("payload") or {}
+        name = groundswell.scrub(data["name"])  # names come from users' code too
         parent_id = data.get("parent_id")
         parent = self._find(parent_id)
         # The root of a run starts a new trace, whatever span is current in this thread.
@@ -280,8 +279,11 @@ class OTelSink:
             return f"reflection {name}", internal, attrs
         return f"{node_type} {name}", internal, {A.OPENINFERENCE_SPAN_KIND: A.KIND_CHAIN}
 
-    def _clean(self, value: Any) -> Any:
-        return clean(value, self._env)
+    @staticmethod
+    def _clean(value: Any) -> Any:
+        # The one scrubber every output uses (registered and environment
+        # secrets, key shapes, secret-named keys and assignments).
+        return groundswell.redact(value)
 
     def _content_event(self, span: Span, attrs: dict[str, Any], when: float | None) -> None:
         # SPAN_AND_EVENT: the content attributes are repeated as a span event, for
@@ -384,7 +386,7 @@ class OTelSink:
         error = data.get("error")
         if status == "failed":
             error_type = str((error or {}).get("type") or "_OTHER")
-            error_message = clean_text(str((error or {}).get("message") or ""), self._env)
+            error_message = groundswell.scrub(str((error or {}).get("message") or ""))
             span.set_attribute(A.ERROR_TYPE, error_type)
             span.add_event(
                 A.EXCEPTION_EVENT,

@@ -6,14 +6,21 @@ Entries are JSON under ``<prefix><key>`` with a TTL. Clearing a prefix uses
 ``SCAN`` (never ``KEYS``, which blocks the server). Connection errors are
 raised to the caller; Groundswell's agents turn them into a cache miss with a
 ``cache_error`` event, so a Redis outage never fails a run.
+
+A redis.asyncio client belongs to one event loop, so the cache keeps one per
+running loop and closes it when that loop shuts down (``asyncio.run()`` and
+every runner that calls ``loop.shutdown_asyncgens()``): many short
+``asyncio.run()`` calls leave no connections behind.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from groundswell import CacheBackend, ConfigurationError, hookimpl
@@ -45,6 +52,12 @@ class RedisCache:
         socket_timeout: float = 2.0,
     ) -> None:
         self._redis = _redis_asyncio()
+        self._source = "RedisCache(url=...)"
+        if not url:
+            self._source = next(
+                (name for name in ("GROUNDSWELL_REDIS_URL", "REDIS_URL") if os.environ.get(name)),
+                "the default URL",
+            )
         self.url = (
             url
             or os.environ.get("GROUNDSWELL_REDIS_URL")
@@ -56,28 +69,55 @@ class RedisCache:
         self.prefix = prefix
         self.default_ttl = ttl
         self.socket_timeout = socket_timeout
-        # A redis.asyncio client belongs to the event loop it first ran on; keep one per loop.
-        self._clients: dict[int, Any] = {}
+        # Each running loop's client, and the async generator that closes it with its loop.
+        self._clients: dict[asyncio.AbstractEventLoop, tuple[Any, AsyncGenerator[None, None]]] = {}
         self.hits = 0
         self.misses = 0
         self.errors = 0
 
-    def _client(self) -> Any:
-        loop_id = id(asyncio.get_running_loop())
-        client = self._clients.get(loop_id)
-        if client is None:
+    async def _client(self) -> Any:
+        loop = asyncio.get_running_loop()
+        held = self._clients.get(loop)
+        if held is not None:
+            return held[0]
+        for old in [other for other in list(self._clients) if other.is_closed()]:
+            # A loop closed without shutdown_asyncgens(): its connections cannot be
+            # closed politely any more; dropping them lets the sockets go.
+            self._clients.pop(old, None)
+        try:
             client = self._redis.Redis.from_url(
                 self.url,
                 socket_timeout=self.socket_timeout,
                 socket_connect_timeout=self.socket_timeout,
                 retry_on_timeout=False,
             )
-            self._clients[loop_id] = client
+        except ValueError as exc:
+            raise ConfigurationError(
+                f"{self._source} is not a Redis URL: {_without_password(self.url)!r} ({exc}); "
+                f"use e.g. {DEFAULT_URL}"
+            ) from exc
+        closer = self._close_with(loop, client)
+        self._clients[loop] = (client, closer)
+        await closer.__anext__()  # now the loop knows it, and closes it when shutting down
         return client
+
+    async def _close_with(
+        self, loop: asyncio.AbstractEventLoop, client: Any
+    ) -> AsyncGenerator[None, None]:
+        # An async generator started on a loop is closed by loop.shutdown_asyncgens(),
+        # which asyncio.run() calls while the loop can still run the goodbye; asyncio
+        # has no other "this loop is ending" hook.
+        try:
+            yield
+        finally:
+            if self._clients.get(loop, (None,))[0] is client:
+                self._clients.pop(loop, None)
+            with contextlib.suppress(Exception):  # a broken connection is gone either way
+                await client.aclose()
 
     async def _call(self, operation: str, *args: Any) -> Any:
         try:
-            return await getattr(self._client(), operation)(*args)
+            return await getattr(await self._client(), operation)(*args)
         except Exception:
             self.errors += 1
             raise
@@ -105,9 +145,9 @@ class RedisCache:
     async def bust_prefix(self, prefix: str) -> int:
         """Remove every key starting with ``prefix`` (SCAN in batches, then UNLINK)."""
         pattern = re.sub(r"([*?\[\]\\])", r"\\\1", self.prefix + prefix) + "*"
-        client = self._client()
         removed = 0
         try:
+            client = await self._client()
             batch: list[Any] = []
             async for name in client.scan_iter(match=pattern, count=500):
                 batch.append(name)
@@ -127,10 +167,10 @@ class RedisCache:
                 "misses": self.misses, "errors": self.errors}  # fmt: skip
 
     async def aclose(self) -> None:
-        """Close this event loop's connection pool."""
-        client = self._clients.pop(id(asyncio.get_running_loop()), None)
-        if client is not None:
-            await client.aclose()
+        """Close this event loop's connections now (otherwise closed with the loop)."""
+        held = self._clients.pop(asyncio.get_running_loop(), None)
+        if held is not None:
+            await held[1].aclose()
 
 
 def _without_password(url: str) -> str:
