@@ -120,29 +120,25 @@ class Agent:
                     f"{owner}: GROUNDSWELL_MODEL is set but empty; unset it (for the default "
                     "model) or set it to a model name such as 'claude-sonnet-4-6'"
                 )
-        # Every request field as the SDK's types take it, and Groundswell's own numbers.
-        check_settings(
-            owner,
-            {
-                "model": model,
-                "system": system,
-                "tool_choice": tool_choice,
-                "max_tokens": max_tokens,
-                "temperature": temperature,
-                "top_p": top_p,
-                "top_k": top_k,
-                "stop_sequences": stop_sequences,
-                "metadata": metadata,
-                "thinking": thinking,
-                "betas": betas,
-                "container": container,
-                "service_tier": service_tier,
-                "extra_headers": extra_headers,
-                "extra_body": extra_body,
-                "env": env,
-                "max_turns": max_turns,
-            },
-        )
+        # The request fields by their API names, checked as the SDK's types take them.
+        request_fields = {
+            "model": model,
+            "system": system,
+            "tool_choice": tool_choice,
+            "max_tokens": max_tokens,
+            "temperature": temperature,
+            "top_p": top_p,
+            "top_k": top_k,
+            "stop_sequences": stop_sequences,
+            "metadata": metadata,
+            "thinking": thinking,
+            "betas": betas,
+            "container": container,
+            "service_tier": service_tier,
+            "extra_headers": extra_headers,
+            "extra_body": extra_body,
+        }
+        check_settings(owner, {**request_fields, "env": env, "max_turns": max_turns})
         if max_tokens is None:
             raise ConfigurationError(f"{owner}: max_tokens must be an int >= 0, got None")
         if max_turns is None:
@@ -172,22 +168,8 @@ class Agent:
         _check_client(client, owner)
         #: The settings every prompt starts from, by API name (and Groundswell's own).
         self.config: dict[str, Any] = {
-            "model": model,
-            "system": system,
+            **request_fields,
             "tools": check_tools(tools, owner),
-            "tool_choice": tool_choice,
-            "max_tokens": max_tokens,
-            "temperature": temperature,
-            "top_p": top_p,
-            "top_k": top_k,
-            "stop_sequences": stop_sequences,
-            "metadata": metadata,
-            "thinking": thinking,
-            "betas": betas,
-            "container": container,
-            "service_tier": service_tier,
-            "extra_headers": extra_headers,
-            "extra_body": extra_body,
             "mcps": check_mcps(mcps, env or {}, owner),
             "skills": check_skills(skills, owner),
             "hooks": check_hooks(hooks, owner),
