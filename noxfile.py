@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import glob
+import shutil
 from pathlib import Path
 
 import nox
@@ -52,6 +53,10 @@ def wheel(session: nox.Session) -> None:
     dist = tmp / "dist"
     session.run("python", "-m", "pip", "wheel", "--no-deps", "-w", str(dist), ".")
     (built,) = dist.glob("groundswell-*.whl")
+    # Kept in dist/ of the checkout too: the README tells users to install it from there.
+    (HERE / "dist").mkdir(exist_ok=True)
+    shutil.copy2(built, HERE / "dist" / built.name)
+    session.log(f"built {Path('dist') / built.name}")
     session.install(str(built))
     checker = str(HERE / "tests" / "readme_check.py")
     readme = str(HERE / "README.md")

@@ -19,6 +19,9 @@ import pytest
 import groundswell
 from groundswell import Event, EventSink, hookimpl
 
+# tests/data holds projects with test files of their own; they run in subprocesses.
+collect_ignore_glob = ["data/*"]
+
 
 class RecordingSink:
     """An event sink that keeps every event it is given."""

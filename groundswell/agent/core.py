@@ -34,6 +34,8 @@ from ..tools import check_cache_policy, check_skills, check_timeout, check_tools
 from ..tree import NodeStatus, NodeType
 from .loop import run_prompt
 from .middleware import Layer, default_layers, layers_for, merge, resolve
+from .overrides import Forced, check, check_client, forced_for, override_agent
+from .overrides import merge as merge_overrides
 from .run import PromptResult, PromptRun, StreamEvent
 
 __all__ = ["DEFAULT_MODEL", "Agent", "create_agent"]
@@ -165,7 +167,7 @@ class Agent:
             raise ConfigurationError(
                 f"Agent reflection must be a ReflectionConfig, got {type(reflection).__name__}"
             )
-        _check_client(client, owner)
+        check_client(client, owner)
         #: The settings every prompt starts from, by API name (and Groundswell's own).
         self.config: dict[str, Any] = {
             **request_fields,
@@ -233,7 +235,15 @@ class Agent:
 
     @property
     def client(self) -> anthropic.AsyncAnthropic:
-        """The SDK client; created from the environment on first use if none was given."""
+        """The SDK client prompts use now.
+
+        An override's client (`override`, ``groundswell.testing.use_fake``)
+        when one is in force; else the one given, created from the
+        environment on first use if none was.
+        """
+        forced = forced_for(self)
+        if forced is not None and forced.client is not None:
+            return forced.client
         if self._client is None:
             try:
                 self._client = anthropic.AsyncAnthropic()
@@ -245,6 +255,23 @@ class Agent:
             if isinstance(self._client.api_key, str):
                 register_secret(self._client.api_key)
         return self._client
+
+    def override(
+        self, *, client: anthropic.AsyncAnthropic | None = None, **settings: Any
+    ) -> contextlib.AbstractContextManager[Agent]:
+        """Swap this agent's client and settings inside a ``with`` block (for tests).
+
+        ``client`` replaces the agent's client; ``settings`` are any field
+        `PromptOverrides` takes (``model``, ``system``, ``tools``,
+        ``max_tokens``, ``temperature``, ``cache``...), and win over the
+        agent's, the prompt's and a call's own overrides. The override
+        follows the current task (and the tasks it starts), so concurrent
+        tests never see each other's; blocks nest, the innermost winning::
+
+            with agent.override(client=FakeAnthropicAPI([text("hi")]).client()):
+                assert await agent.prompt("Hello") == "hi"
+        """
+        return override_agent(self, check(f"agent {self.name!r}: override", client, settings))
 
     # -- public API -----------------------------------------------------------------
 
@@ -368,8 +395,11 @@ class Agent:
         overrides: PromptOverrides,
         emit: Callable[[StreamEvent], None] | None,
     ) -> PromptResult[Any]:
+        forced: Forced | None = forced_for(self)
+        if forced is not None and forced.settings is not None:
+            overrides = merge_overrides(overrides, forced.settings)
         settings = self.settings_for(prompt, overrides)
-        client = self.client
+        client = forced.client if forced is not None and forced.client is not None else self.client
         outer = current_frame()
         run = PromptRun(
             agent=self,
@@ -411,19 +441,6 @@ def _check_options(given: Mapping[str, Any], owner: str) -> dict[str, Any]:
 
 
 _OWN_PARAMETERS = frozenset(inspect.signature(Agent.__init__).parameters) - {"self", "options"}
-
-
-def _check_client(client: Any, owner: str) -> None:
-    # Any async Messages client (AsyncAnthropic, its Bedrock/Vertex twins) has an async
-    # ``messages.create``; a sync client would only fail at the first await.
-    if client is None:
-        return
-    create = getattr(getattr(client, "messages", None), "create", None)
-    if not callable(create) or not inspect.iscoroutinefunction(inspect.unwrap(create)):
-        raise ConfigurationError(
-            f"{owner}: client must be an anthropic.AsyncAnthropic (offline: "
-            f"groundswell.testing.FakeAnthropicAPI().client()), got {type(client).__name__}"
-        )
 
 
 def _as_prompt(prompt: Prompt[Any] | str) -> Prompt[Any]:

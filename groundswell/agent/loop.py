@@ -323,6 +323,9 @@ async def model_turn(run: PromptRun, params: dict[str, Any]) -> Any:
                 "stop_reason": message.stop_reason,
                 "text": text[:_PREVIEW],
                 "tool_calls": [b.name for b in message.content if b.type == "tool_use"],
+                # The whole answer, so a saved run can be replayed offline
+                # (groundswell.testing.FakeAnthropicAPI.from_trace).
+                "content": message.content,
             }
         )
         if streaming:

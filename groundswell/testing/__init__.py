@@ -9,11 +9,21 @@ assert await agent.prompt("1 + 2?") == "3"
 assert fake.requests[1].tool_results()[0]["content"] == "3"
 ```
 
-The pytest plugin (installed with Groundswell) provides the ``fake_anthropic``
-and ``fake_anthropic_server`` fixtures.
+``use_fake(...)`` puts every agent (module-level ones included) on a fake,
+``agent.override(client=...)`` one agent, and ``FakeAnthropicAPI.from_trace``
+replays a saved run. The pytest plugin installed with Groundswell provides
+the ``fake_anthropic``, ``fake_anthropic_server`` and ``fake_agents`` fixtures.
 """
 
-from ._fake import FAKE_API_KEY, FakeAnthropicAPI, LoopbackServer, auto_client, estimate_tokens
+from ._fake import (
+    FAKE_API_KEY,
+    FakeAnthropicAPI,
+    LoopbackServer,
+    auto_client,
+    estimate_tokens,
+    use_fake,
+)
+from ._replay import Mismatch, ReplayModel
 from ._replies import (
     ErrorReply,
     FunctionModel,
@@ -36,6 +46,8 @@ __all__ = [
     "FunctionModel",
     "LoopbackServer",
     "MessagesRequest",
+    "Mismatch",
+    "ReplayModel",
     "Reply",
     "SchemaModel",
     "ScriptedModel",
@@ -47,4 +59,5 @@ __all__ = [
     "text",
     "tool_calls",
     "tool_use",
+    "use_fake",
 ]

@@ -9,18 +9,21 @@ encoding, SSE decoding, retries, error classes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import anthropic
 import httpx2
 
+from ..errors import ConfigurationError
+from ._replay import Mismatch, ReplayModel
 from ._replies import (
     Answer,
     ErrorReply,
@@ -34,7 +37,10 @@ from ._replies import (
     new_id,
 )
 
-__all__ = ["FakeAnthropicAPI", "LoopbackServer", "auto_client"]
+if TYPE_CHECKING:
+    from ..tree import EventTree
+
+__all__ = ["FakeAnthropicAPI", "LoopbackServer", "auto_client", "use_fake"]
 
 FAKE_API_KEY = "sk-ant-fake-key-for-tests"
 # How handle() tells its transport to hold a reply back; never sent over the wire.
@@ -67,27 +73,69 @@ class FakeAnthropicAPI:
 
     def __init__(
         self,
-        model: FakeModel | list[Answer] | Callable[[MessagesRequest], Answer | str] | None = None,
+        model: FakeModel
+        | Sequence[Answer | str]
+        | Callable[[MessagesRequest], Answer | str]
+        | None = None,
         *,
         api_key: str | None = None,
     ) -> None:
         if model is None:
             self.model: FakeModel = SchemaModel()
-        elif isinstance(model, list):
+        elif isinstance(model, list | tuple):
             self.model = ScriptedModel(model)
         elif callable(model) and not hasattr(model, "respond"):
             self.model = FunctionModel(model)
+        elif callable(getattr(model, "respond", None)):
+            self.model = cast(FakeModel, model)
         else:
-            self.model = model
+            raise ConfigurationError(
+                "groundswell.testing: FakeAnthropicAPI(model) takes a list of replies (a script), "
+                "a function of the request, an object with respond(request), or nothing (the "
+                f"schema-aware model); got {type(model).__name__} {model!r:.60}"
+                + (" (a single reply? put it in a list)" if isinstance(model, str | Reply) else "")
+            )
         self.api_key = api_key
         self.requests: list[MessagesRequest] = []
         self.count_token_requests: list[MessagesRequest] = []
         self._lock = threading.Lock()
 
+    @classmethod
+    def from_trace(
+        cls, trace: str | os.PathLike[str] | EventTree, *, strict: bool = True
+    ) -> FakeAnthropicAPI:
+        """A fake that answers each model request with the reply a saved run recorded.
+
+        ``trace`` is a trace file (``tree.save(path)``, ``groundswell run ...
+        --save path``), a directory of them (``GROUNDSWELL_TRACE_DIR``), or an
+        ``EventTree``. Each request is matched to the recorded prompt it
+        continues (by user text and turn) and compared with it: model, tools,
+        system prompt, user text, sampling settings and the tool results sent.
+        With ``strict`` (the default) a request that differs is answered with a
+        400 listing every difference (the agent raises it as a
+        ``ModelAPIError``); with ``strict=False`` the recorded reply is sent
+        anyway. Differences are kept in `mismatches` either way, and
+        `remaining` counts recorded calls not replayed.
+        """
+        return cls(ReplayModel.from_trace(trace, strict=strict))
+
+    @property
+    def mismatches(self) -> list[Mismatch]:
+        """Requests that differed from the recorded run (for a fake made by `from_trace`)."""
+        return list(getattr(self.model, "mismatches", []))
+
+    @property
+    def remaining(self) -> int:
+        """Replies the script (or the recorded run) still holds; 0 for other models."""
+        return int(getattr(self.model, "remaining", 0))
+
     # -- scripting ------------------------------------------------------------------
 
-    def add(self, *replies: Answer) -> FakeAnthropicAPI:
-        """Queue replies (switching to a scripted model if needed); returns self."""
+    def add(self, *replies: Answer | str) -> FakeAnthropicAPI:
+        """Queue replies (switching to a scripted model if needed); returns self.
+
+        A plain string means ``text(string)``.
+        """
         if not isinstance(self.model, ScriptedModel):
             self.model = ScriptedModel()
         self.model.add(*replies)
@@ -269,6 +317,36 @@ class FakeAnthropicAPI:
     def serve(self, host: str = "127.0.0.1", port: int = 0) -> LoopbackServer:
         """Start a real HTTP server thread for this fake (use as a context manager)."""
         return LoopbackServer(self, host, port)
+
+
+@contextlib.contextmanager
+def use_fake(
+    fake: FakeAnthropicAPI
+    | FakeModel
+    | Sequence[Answer | str]
+    | Callable[[MessagesRequest], Answer | str]
+    | None = None,
+    **settings: Any,
+) -> Iterator[FakeAnthropicAPI]:
+    """Put every agent in the process on a fake API until the block ends; yields the fake.
+
+    ``fake`` is a `FakeAnthropicAPI` or anything its constructor takes (a
+    script, a function, nothing for the schema-aware model). Agents defined
+    anywhere (module-level ones included, in any task or thread) send their
+    requests to it, whatever client they were built with; ``settings``
+    (``model=...`` and the like) are forced on them too. An agent's own
+    ``agent.override(...)`` still wins. The ``fake_agents`` pytest fixture
+    does this for one test::
+
+        with use_fake([text("Hello!")]) as fake:
+            assert await greeter.prompt("Hi") == "Hello!"
+        assert fake.requests[0].last_user_text() == "Hi"
+    """
+    from ..agent.overrides import override_agents
+
+    api = fake if isinstance(fake, FakeAnthropicAPI) else FakeAnthropicAPI(fake)
+    with override_agents(api.client(), **settings):
+        yield api
 
 
 def auto_client(

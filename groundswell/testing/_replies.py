@@ -7,7 +7,11 @@ import json
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeAlias
+from typing import Any, Protocol, TypeAlias, get_args
+
+from anthropic.types import StopReason
+
+from ..errors import ConfigurationError
 
 __all__ = [
     "ErrorReply",
@@ -60,6 +64,50 @@ class Reply:
     model: str | None = None
     stream_error: ErrorReply | None = None
     delay: float = 0.0
+
+    def __post_init__(self) -> None:
+        # Checked here: a malformed answer only fails inside the SDK, which retries it.
+        if not isinstance(self.content, list):
+            raise ConfigurationError(
+                f"groundswell.testing: Reply content must be a list of content blocks, got "
+                f"{type(self.content).__name__}; e.g. Reply([{{'type': 'text', 'text': 'hi'}}])"
+            )
+        for index, block in enumerate(self.content):
+            problem = _block_problem(block)
+            if problem:
+                raise ConfigurationError(
+                    f"groundswell.testing: Reply content block {index} {problem}: {block!r:.80}"
+                )
+        if self.stop_reason not in STOP_REASONS:
+            raise ConfigurationError(
+                f"groundswell.testing: Reply stop_reason {self.stop_reason!r} is not one the API "
+                f"sends; use one of {', '.join(sorted(STOP_REASONS))}"
+            )
+        if not isinstance(self.delay, int | float) or self.delay < 0:
+            raise ConfigurationError(
+                f"groundswell.testing: Reply delay is in seconds (>= 0), got {self.delay!r}"
+            )
+
+
+# The SDK's own list, so a newer API's stop reasons are accepted as soon as it knows them.
+STOP_REASONS = frozenset(get_args(StopReason))
+
+
+def _block_problem(block: Any) -> str | None:
+    if not isinstance(block, dict) or not isinstance(block.get("type"), str):
+        return "must be a dict with a 'type'"
+    kind = block["type"]
+    if kind == "text" and not isinstance(block.get("text"), str):
+        return "is a text block without a string 'text'"
+    if kind == "tool_use" and not (
+        isinstance(block.get("id"), str)
+        and isinstance(block.get("name"), str)
+        and isinstance(block.get("input"), dict)
+    ):
+        return "is a tool_use block without a string 'id' and 'name' and a dict 'input'"
+    if kind == "thinking" and not isinstance(block.get("thinking"), str):
+        return "is a thinking block without a string 'thinking'"
+    return None
 
 
 @dataclass
@@ -177,13 +225,31 @@ class MessagesRequest:
         return ""
 
     def tool_results(self) -> list[dict[str, Any]]:
-        """Every ``tool_result`` block sent so far, oldest first."""
+        """Every ``tool_result`` block in the conversation, oldest first.
+
+        Cumulative: a request resends the whole conversation, so the third
+        request of a prompt holds the results of the first two turns' calls.
+        `latest_tool_results` has only those the model is answering now.
+        """
         out: list[dict[str, Any]] = []
         for message in self.messages:
             content = message.get("content")
             if message.get("role") == "user" and isinstance(content, list):
                 out += [b for b in content if b.get("type") == "tool_result"]
         return out
+
+    def latest_tool_results(self) -> list[dict[str, Any]]:
+        """The ``tool_result`` blocks of the last user turn: what this request answers with.
+
+        Empty when the last turn is not tool results (a new prompt).
+        """
+        messages = self.body.get("messages") or []
+        if not messages or messages[-1].get("role") != "user":
+            return []
+        content = messages[-1].get("content")
+        if not isinstance(content, list):
+            return []
+        return [b for b in content if isinstance(b, dict) and b.get("type") == "tool_result"]
 
     def tools_called(self) -> list[str]:
         """Names of the tools the assistant has called so far in this conversation."""
@@ -201,17 +267,47 @@ class FakeModel(Protocol):
     def respond(self, request: MessagesRequest) -> Answer: ...
 
 
-class ScriptedModel:
-    """Answers with the given replies in order; an exhausted script is a 400 naming the request."""
+def as_answer(value: Any, where: str) -> Answer:
+    """A script entry as an answer: a `Reply` or `ErrorReply` as is, a string as ``text(...)``.
 
-    def __init__(self, replies: Iterable[Answer] = ()) -> None:
-        self._replies = list(replies)
+    Anything else is refused here, when the script is written, not when the
+    SDK meets a broken answer (and retries it) mid-test.
+    """
+    if isinstance(value, Reply | ErrorReply):
+        return value
+    if isinstance(value, str):
+        return text(value)
+    hint = ""
+    if isinstance(value, dict):
+        hint = " (a content block? wrap it: Reply([block]); JSON output? use json_reply(obj))"
+    raise ConfigurationError(
+        f"groundswell.testing: {where} is {type(value).__name__} {value!r:.80}; a fake's "
+        "answers are text('...') (or a plain string), json_reply(obj), tool_use(name, input), "
+        f"tool_calls(...), Reply([...]) or error(status){hint}"
+    )
+
+
+class ScriptedModel:
+    """Answers with the given replies in order; an exhausted script is a 400 naming the request.
+
+    A plain string in the script means ``text(string)``; anything that is not
+    an answer is refused when the script is built.
+    """
+
+    def __init__(self, replies: Iterable[Answer | str] = ()) -> None:
+        if isinstance(replies, str | Reply | ErrorReply):
+            raise ConfigurationError(
+                "groundswell.testing: a script is a list of answers, e.g. [text('hi')]; "
+                f"got a single {type(replies).__name__}"
+            )
+        self._replies = [as_answer(r, f"script entry {i}") for i, r in enumerate(replies)]
         self._lock = threading.Lock()
 
-    def add(self, *replies: Answer) -> None:
-        """Queue more replies."""
+    def add(self, *replies: Answer | str) -> None:
+        """Queue more replies (a plain string means ``text(string)``)."""
+        checked = [as_answer(r, f"add() argument {i}") for i, r in enumerate(replies)]
         with self._lock:
-            self._replies.extend(replies)
+            self._replies.extend(checked)
 
     @property
     def remaining(self) -> int:
@@ -235,8 +331,7 @@ class FunctionModel:
         self.fn = fn
 
     def respond(self, request: MessagesRequest) -> Answer:
-        answer = self.fn(request)
-        return text(answer) if isinstance(answer, str) else answer
+        return as_answer(self.fn(request), f"the answer of {getattr(self.fn, '__name__', 'fn')}()")
 
 
 class SchemaModel:

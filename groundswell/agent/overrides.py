@@ -1,0 +1,158 @@
+"""Swapping an agent's client and settings for a while, without touching the agent.
+
+Apps define agents at module level; tests need them on a fake API. Two scopes:
+
+- ``agent.override(client=..., **settings)`` changes one agent inside a
+  ``with`` block. It is held in a context variable, so it follows the task
+  (and the tasks and ``asyncio.to_thread`` calls started inside it):
+  concurrent tests in one event loop never see each other's overrides.
+- `override_agents` changes every agent in the process while it is active,
+  whatever task or thread runs it (a web framework's test client runs the app
+  in a thread of its own). ``groundswell.testing.use_fake`` is built on it.
+
+An agent's own override wins over the process-wide one, and both win over what
+the agent was built with and over a call's ``PromptOverrides``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import inspect
+import threading
+from collections.abc import Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ConfigurationError
+from ..prompt import NO_OVERRIDES, PromptOverrides
+
+if TYPE_CHECKING:
+    import anthropic
+
+    from .core import Agent
+
+__all__ = ["Forced", "check_client", "forced_for", "override_agent", "override_agents"]
+
+
+@dataclass(frozen=True)
+class Forced:
+    """What an override imposes: a client and/or settings (``None`` when not given)."""
+
+    client: anthropic.AsyncAnthropic | None
+    settings: PromptOverrides | None
+
+    def then(self, inner: Forced) -> Forced:
+        """This override with ``inner`` (a narrower one) applied on top."""
+        settings = self.settings
+        if inner.settings is not None:
+            settings = inner.settings if settings is None else merge(settings, inner.settings)
+        return Forced(inner.client or self.client, settings)
+
+
+# Per agent, for the current context; None (the common case) costs one lookup.
+_AGENTS: ContextVar[dict[int, Forced] | None] = ContextVar(
+    "groundswell_agent_overrides", default=None
+)
+# Process-wide, innermost last.
+_EVERY: list[Forced] = []
+_EVERY_LOCK = threading.Lock()
+
+
+def forced_for(agent: Agent) -> Forced | None:
+    """The override in force for ``agent`` here and now, or ``None``."""
+    mine = _AGENTS.get()
+    own = mine.get(id(agent)) if mine else None
+    if not _EVERY:
+        return own
+    every = _EVERY[-1]
+    return every if own is None else every.then(own)
+
+
+def merge(call: PromptOverrides, forced: PromptOverrides) -> PromptOverrides:
+    """``call`` with every field ``forced`` sets replaced; middleware from both."""
+    if call is NO_OVERRIDES:
+        return forced
+    fields = forced.set_fields()
+    if call.middleware is not None and forced.middleware is not None:
+        fields["middleware"] = [*call.middleware, *forced.middleware]
+    return dataclasses.replace(call, **fields)
+
+
+def check(owner: str, client: Any, settings: dict[str, Any]) -> Forced:
+    """The `Forced` for ``client`` and ``settings``, refused with a clear error if malformed."""
+    if client is None and not settings:
+        raise ConfigurationError(
+            f"{owner}: nothing to override; pass client=... and/or settings such as model=..."
+        )
+    check_client(client, owner)
+    if client is not None:
+        # Fakes and real clients alike: the key never reaches the tree or logs.
+        from .._serialize import register_secret
+
+        api_key = getattr(client, "api_key", None)
+        if isinstance(api_key, str):
+            register_secret(api_key)
+    if not settings:
+        return Forced(client, None)
+    known = {f.name for f in dataclasses.fields(PromptOverrides)}
+    unknown = sorted(set(settings) - known)
+    if unknown:
+        raise ConfigurationError(
+            f"{owner}: cannot override {', '.join(map(repr, unknown))}; the settings that "
+            f"can be overridden are client and {', '.join(sorted(known))}"
+        )
+    return Forced(client, PromptOverrides(**settings))
+
+
+@contextlib.contextmanager
+def override_agent(agent: Agent, forced: Forced) -> Iterator[Agent]:
+    """Force ``forced`` on ``agent`` in the current context until the block ends."""
+    current = _AGENTS.get() or {}
+    previous = current.get(id(agent))
+    token = _AGENTS.set(
+        {**current, id(agent): forced if previous is None else previous.then(forced)}
+    )
+    try:
+        yield agent
+    finally:
+        _AGENTS.reset(token)
+
+
+@contextlib.contextmanager
+def override_agents(
+    client: anthropic.AsyncAnthropic | None = None, **settings: Any
+) -> Iterator[None]:
+    """Put every agent in the process on ``client`` (and ``settings``) until the block ends.
+
+    Blocks nest: the innermost wins, field by field. An agent's own
+    ``agent.override(...)`` still wins over this.
+    """
+    forced = check("override_agents", client, settings)
+    with _EVERY_LOCK:
+        effective = _EVERY[-1].then(forced) if _EVERY else forced
+        _EVERY.append(effective)
+    try:
+        yield
+    finally:
+        with _EVERY_LOCK:
+            # Blocks may end out of order (two tests' fixtures interleaved): remove this one.
+            for index in range(len(_EVERY) - 1, -1, -1):
+                if _EVERY[index] is effective:
+                    del _EVERY[index]
+                    break
+
+
+def check_client(client: Any, owner: str) -> None:
+    """Refuse anything but an async Messages client (``None`` is allowed)."""
+    # Any async Messages client (AsyncAnthropic, its Bedrock/Vertex twins) has an async
+    # ``messages.create``; a sync client would only fail at the first await.
+    if client is None:
+        return
+    create = getattr(getattr(client, "messages", None), "create", None)
+    if not callable(create) or not inspect.iscoroutinefunction(inspect.unwrap(create)):
+        raise ConfigurationError(
+            f"{owner}: client must be an anthropic.AsyncAnthropic (offline: "
+            f"groundswell.testing.FakeAnthropicAPI().client()), got {type(client).__name__}"
+        )
