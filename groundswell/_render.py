@@ -17,9 +17,9 @@ from .tree import EventTree
 __all__ = ["print_tree", "rich_tree"]
 
 
-def _line(prefix: str, node: EventNode) -> Text:
+def _line(prefix: str, node: EventNode, crop: bool) -> Text:
     # no_wrap: a tree line stays one line (logs and grep rely on it), however long.
-    text = Text(prefix, style="dim", no_wrap=True, overflow="ignore")
+    text = Text(prefix, style="dim", no_wrap=True, overflow="ellipsis" if crop else "ignore")
     for i, (piece, style) in enumerate(label_parts(node)):
         if i:
             text.append(label_separator(i))
@@ -27,10 +27,12 @@ def _line(prefix: str, node: EventNode) -> Text:
     return text
 
 
-def rich_tree(tree: EventTree, *, max_nodes: int | None = None) -> Group:
+def rich_tree(tree: EventTree, *, max_nodes: int | None = None, crop: bool = False) -> Group:
     """``tree`` as a rich renderable, line for line as ``render()``.
 
     ``max_nodes`` caps huge trees (the rest is counted on a last line).
+    ``crop=True`` ends a line wider than the console with "…" (for a live
+    view, which the terminal would otherwise cut without a mark).
     """
     if tree.root is None:
         return Group(Text("(empty tree)", style="dim"))
@@ -39,7 +41,7 @@ def rich_tree(tree: EventTree, *, max_nodes: int | None = None) -> Group:
         if max_nodes is not None and len(lines) >= max_nodes:
             lines.append(Text(f"… {len(tree) - len(lines)} more nodes", style="dim"))
             break
-        lines.append(_line(lead, node))
+        lines.append(_line(lead, node, crop))
     return Group(*lines)
 
 

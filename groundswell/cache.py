@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import hashlib
+import inspect
 import logging
 import os
 import threading
@@ -37,8 +38,8 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from ._canonical import canonical_json
 from ._serialize import redact
-from .cache_guard import Unavailable, guard_for
-from .errors import ConfigurationError
+from .cache_guard import Unavailable, guard_for, shown
+from .errors import ConfigurationError, GroundswellError, PluginError
 from .hookspecs import CacheBackend
 from .plugins import get_plugin_manager
 
@@ -72,26 +73,63 @@ _SECRET_FIELDS = {"authorization_token"}
 
 @runtime_checkable
 class Cache(Protocol):
-    """An async key-value cache; keys are ``"<namespace>:<sha256 hex>"`` strings.
+    """An async key-value cache: what a cache backend's factory returns.
 
-    Values are JSON-safe data. ``get`` returns ``None`` on a miss (so ``None``
-    itself is never cached).
+    The kernel stores entries as ``{"value": <JSON-safe data>, "stored_at":
+    <epoch seconds>}`` dicts (`cache_entry`) under ``"<namespace>:<sha256
+    hex>"`` keys (``"tool.<name>:<sha256 hex>"`` for tool results), and never
+    stores ``None``. ``get``, ``set``, ``bust`` and ``bust_prefix`` are
+    ``async``; one instance serves every agent, task, event loop and thread of
+    the process. Every ``get``/``set`` the kernel makes has a deadline and a
+    circuit breaker (`groundswell.cache_guard`): a method that raises, hangs
+    or returns the wrong thing is a cache miss recorded on the run's tree,
+    never the run's failure; `invalidate` raises instead. See
+    ``docs/plugin-hooks.md`` for the whole contract.
     """
 
     async def get(self, key: str) -> Any | None:
-        """The value stored under ``key``, or ``None`` if absent or expired."""
+        """The value ``set`` stored under ``key`` (equal, not necessarily the same object),
+        or ``None`` if absent or expired."""
 
     async def set(self, key: str, value: Any, ttl: float | None = None) -> None:
-        """Store ``value``; ``ttl`` in seconds overrides the backend's default."""
+        """Store ``value`` (JSON-safe), replacing any value under ``key``; the return is ignored.
+
+        ``ttl`` (passed positionally) is the entry's lifetime in seconds, a float;
+        ``None`` means the backend's own default.
+        """
 
     async def bust(self, key: str) -> bool:
-        """Remove ``key``; True if it was present."""
+        """Remove ``key``; ``True`` if it was present, else ``False``."""
 
     async def bust_prefix(self, prefix: str) -> int:
-        """Remove every key starting with ``prefix``; returns how many."""
+        """Remove every key starting with ``prefix`` (a plain string, no wildcards); returns
+        how many were removed, an ``int`` (``0`` when none matched)."""
 
     def metrics(self) -> dict[str, Any]:
-        """Counters such as hits, misses, evictions and size."""
+        """A plain (not async) dict of counters such as hits, misses, evictions and size;
+        a ``"url"`` entry names the server in logs (its password is redacted)."""
+
+
+def _entry_problem(entry: Any) -> str | None:
+    """What is wrong with what ``get`` returned, or ``None`` when it is a miss or an entry."""
+    # The hot path (a miss, or a dict with its value) costs one identity and one type check.
+    if entry is None or (type(entry) is dict and "value" in entry):
+        return None
+    if isinstance(entry, Mapping) and "value" in entry:
+        return None
+    return (
+        f"get returned {shown(entry)}; it must return None on a miss, or the dict set() "
+        "stored under that key (with its 'value' and 'stored_at' keys)"
+    )
+
+
+def _count_problem(removed: Any) -> str | None:
+    if isinstance(removed, int) and not isinstance(removed, bool) and removed >= 0:
+        return None
+    return (
+        f"bust_prefix returned {shown(removed)}; it must return how many keys it removed, "
+        "as an int (0 when none matched)"
+    )
 
 
 _schema_hashes: dict[int, tuple[Any, str]] = {}
@@ -164,24 +202,64 @@ def get_cache(name: str | None = None) -> Cache:
         return cache
     with _instances_lock:
         if chosen not in _instances:
-            record = get_plugin_manager().lookup(CacheBackend, chosen)
-            instance = record.factory()
-            if not isinstance(instance, Cache):
-                raise ConfigurationError(
-                    f"cache backend {chosen!r} does not implement groundswell.Cache"
+            manager = get_plugin_manager()
+            record = manager.lookup(CacheBackend, chosen)
+            owner = manager.owner("register_cache_backends", chosen)
+            whose = f"cache backend {chosen!r}" + (f" of plugin {owner!r}" if owner else "")
+            try:
+                instance = record.factory()  # no arguments: settings come from the environment
+            except GroundswellError:
+                raise  # a deliberate error of the plugin's (a missing extra) says enough
+            except Exception as exc:
+                raise PluginError(
+                    f"{whose} could not be made: {type(exc).__name__}: {exc}", plugin=owner
+                ) from exc
+            missing = [m for m in _METHODS if not callable(getattr(instance, m, None))]
+            if missing:
+                raise PluginError(
+                    f"{whose}: its factory returned {shown(instance)}, which has no "
+                    f"{', '.join(missing)}; it must return a groundswell.Cache (async get, set, "
+                    "bust and bust_prefix, and metrics())",
+                    plugin=owner,
                 )
             _instances[chosen] = instance
         return _instances[chosen]
+
+
+_METHODS = ("get", "set", "bust", "bust_prefix", "metrics")
+
+
+def _plugin_of(cache: Cache) -> str | None:
+    """The plugin that registered the backend ``cache`` was made from (None: passed directly)."""
+    name = next((n for n, c in _instances.items() if c is cache), None)
+    if name is None:
+        return None
+    try:
+        return get_plugin_manager().owner("register_cache_backends", name)
+    except GroundswellError:  # a registry problem (reported on its own) must not hide this one
+        return None
+
+
+def _contain(cache: Cache, exc: Unavailable, tree: EventTree, node: EventNode, key: str) -> None:
+    """Record a failed backend call on the run's node; a broken one against its plugin too."""
+    exc.record(tree, node, key)
+    if exc.broken and (plugin := _plugin_of(cache)) is not None:
+        # Listed by `groundswell plugins`; never raised: the run goes on without the cache.
+        get_plugin_manager().note(plugin, f"cache backend {exc.backend}: {exc.reason}")
 
 
 def _label(cache: Cache) -> str:
     """How logs and events name a backend: its registered name, class and address."""
     name = next((n for n, c in _instances.items() if c is cache), None)
     kind = type(cache).__name__
+    metrics: Any
     try:
-        where = cache.metrics().get("url")
+        metrics = cache.metrics()
     except Exception:
-        where = None
+        metrics = None
+    if inspect.iscoroutine(metrics):  # an async metrics(): never awaited, so closed quietly
+        metrics.close()
+    where = metrics.get("url") if isinstance(metrics, Mapping) else None
     detail = f"{kind} at {redact(str(where))}" if where else kind
     return f"{name!r} ({detail})" if name else detail
 
@@ -231,20 +309,23 @@ async def through_cache(
     try:
         guard = guard_for(cache, functools.partial(_label, cache))
         try:
-            entry = await guard.call("get", functools.partial(cache.get, key), guard.timeout_s)
+            entry = await guard.call(
+                "get", functools.partial(cache.get, key), guard.timeout_s, check=_entry_problem
+            )
         except Unavailable as exc:
             entry = None
-            exc.record(tree, node, key)
-        if isinstance(entry, Mapping) and "value" in entry:
+            _contain(cache, exc, tree, node, key)
+        if entry is not None:
             try:
                 result = decode(entry["value"])
+                now = time.time()
+                age = max(0.0, now - float(entry.get("stored_at", now)))
             except Exception as exc:  # a stale or foreign entry: treat as a miss
                 tree.add_event(
                     node, "cache_error", key=key, operation="decode", error=str(exc)[:200]
                 )
             else:
                 node.metrics["cache"] = "hit"
-                age = max(0.0, time.time() - float(entry.get("stored_at", time.time())))
                 tree.add_event(node, "cache_hit", key=key, age_s=round(age, 3))
                 future.set_result(entry["value"])
                 return result, True
@@ -281,7 +362,7 @@ async def store_entry(
             "set", functools.partial(cache.set, key, cache_entry(encoded), ttl), guard.timeout_s
         )
     except Unavailable as exc:
-        exc.record(tree, node, key)
+        _contain(cache, exc, tree, node, key)
 
 
 def choose_cache(choice: Any, workflow_choice: Any = None) -> Cache:
@@ -390,7 +471,9 @@ async def invalidate(event: str) -> int:
     Each backend gets ``GROUNDSWELL_CACHE_BUST_TIMEOUT_S`` seconds (default 10),
     and is tried even while prompts skip it. When one fails, the others are
     still cleared and then its error is raised (`TimeoutError` for a backend
-    that did not answer), naming the backend.
+    that did not answer), naming the backend; a backend that answers against
+    the protocol (``bust_prefix`` not returning an int) is a `PluginError`
+    naming it, its plugin and what the method must return.
     """
     removed = 0
     failed: BaseException | None = None
@@ -405,11 +488,20 @@ async def invalidate(event: str) -> int:
                 functools.partial(cache.bust_prefix, prefix),
                 guard.bust_timeout_s,
                 skip=False,  # a rare call that matters: stale entries would outlive the outage
+                check=_count_problem,
             )
         except Unavailable as exc:
             cause = exc.__cause__
             if failed is not None:
                 pass  # the first is raised; every backend's outage is logged anyway
+            elif exc.broken:
+                plugin = _plugin_of(cache)
+                whose = f" of plugin {plugin!r}" if plugin else ""
+                failed = PluginError(
+                    f"cache backend {exc.backend}{whose} breaks the groundswell.Cache protocol: "
+                    f"{exc.reason}",
+                    plugin=plugin,
+                )
             elif exc.timed_out or cause is None:
                 failed = TimeoutError(str(exc))
             else:

@@ -5,7 +5,9 @@ Every ``get``/``set`` on the hot path, and `groundswell.invalidate`'s
 that fails or runs past its deadline is a miss (never the prompt's failure),
 a backend that keeps failing is skipped for a while, and each outage is
 logged once on ``groundswell.cache``, naming the backend, and again when it
-works again. Settings (environment, read when a backend is first used):
+works again. A call that answers against the protocol (a method that is not
+async, or a result its ``check`` refuses) is such a failure too. Settings
+(environment, read when a backend is first used):
 ``GROUNDSWELL_CACHE_TIMEOUT_S``, ``GROUNDSWELL_CACHE_BUST_TIMEOUT_S``,
 ``GROUNDSWELL_CACHE_SKIP_AFTER``, ``GROUNDSWELL_CACHE_SKIP_FOR_S``.
 """
@@ -36,6 +38,7 @@ __all__ = [
     "Guard",
     "Unavailable",
     "guard_for",
+    "shown",
     "within",
 ]
 
@@ -61,6 +64,7 @@ class Unavailable(Exception):
         reason: str,
         retry_in_s: float | None = None,
         timed_out: bool = False,
+        broken: bool = False,
     ) -> None:
         super().__init__(f"cache backend {guard.label}: {operation}: {reason}")
         self.backend = guard.label
@@ -68,6 +72,8 @@ class Unavailable(Exception):
         self.reason = reason
         self.retry_in_s = retry_in_s  # None: the call failed; a number: it was skipped
         self.timed_out = timed_out
+        #: The backend answered, but not as the protocol says: a bug in it, not an outage.
+        self.broken = broken
 
     def record(self, tree: EventTree, node: EventNode, key: str) -> None:
         if self.retry_in_s is None:
@@ -112,9 +118,18 @@ class Guard:
         self.down = False  # this outage was logged
 
     async def call(
-        self, operation: str, call: Callable[[], Awaitable[T]], timeout: float, skip: bool = True
+        self,
+        operation: str,
+        call: Callable[[], Awaitable[T]],
+        timeout: float,
+        skip: bool = True,
+        check: Callable[[Any], str | None] | None = None,
     ) -> T:
-        """``await call()`` within ``timeout``; raises `Unavailable` when it fails or is skipped."""
+        """``await call()`` within ``timeout``; raises `Unavailable` when it fails or is skipped.
+
+        ``check(result)`` returns what is wrong with a result (``None``: nothing);
+        a result it refuses is a failure like any other (``Unavailable.broken``).
+        """
         probe = False
         if self.until and skip:
             tripped = [self.until[k] for k in ("*", operation) if k in self.until]
@@ -126,6 +141,11 @@ class Guard:
         deadline = asyncio.timeout(timeout)
         try:
             result = await within(call, deadline)
+        except _NotAwaitable as exc:
+            problem: str | None = (
+                f"{operation} returned {shown(exc.value)}, not an awaitable; it must be an "
+                f"async method (async def {operation}(...))"
+            )
         except Exception as exc:
             timed_out = deadline.expired()
             if timed_out:
@@ -134,9 +154,14 @@ class Guard:
                 reason = f"{type(exc).__name__}: {redact(str(exc))}"[:300]
             self._failed(operation, reason)
             raise Unavailable(self, operation, reason, timed_out=timed_out) from exc
+        else:
+            problem = None if check is None else check(result)
         finally:
             if probe:
                 self.probing = False
+        if problem is not None:
+            self._failed(operation, problem)
+            raise Unavailable(self, operation, problem, broken=True)
         if self.streaks:
             self._succeeded(operation)
         return result
@@ -177,7 +202,11 @@ async def within(call: Callable[[], Awaitable[T]], deadline: asyncio.Timeout) ->
     An in-memory backend answers without ever suspending; arming a timer for it
     would cost a cache hit more than the lookup itself.
     """
-    steps = call().__await__()
+    made = call()
+    try:
+        steps = made.__await__()
+    except AttributeError:  # a plain method where the protocol asks for an async one
+        raise _NotAwaitable(made) from None
     try:
         first = next(steps)
     except StopIteration as done:
@@ -185,6 +214,23 @@ async def within(call: Callable[[], Awaitable[T]], deadline: asyncio.Timeout) ->
     async with deadline:
         result: T = await _Resumed(steps, first)
     return result
+
+
+class _NotAwaitable(Exception):
+    def __init__(self, value: Any) -> None:
+        super().__init__(type(value).__name__)
+        self.value = value
+
+
+def shown(value: Any) -> str:
+    """How a wrong return value is named in messages: scalars by value, the rest by type only.
+
+    Containers and strings may hold cached answers, so their content is never shown.
+    """
+    if value is None or isinstance(value, bool | int | float):
+        return f"{value!r} ({type(value).__name__})" if value is not None else "None"
+    kind = type(value).__name__
+    return f"an {kind}" if kind[:1].lower() in "aeiou" else f"a {kind}"
 
 
 class _Resumed:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import importlib
 import json
 import os
 import queue
@@ -25,7 +24,9 @@ from typing import Any
 
 from rich.console import Console
 from rich.live import Live
+from rich.text import Text
 
+from ._cli_run import CLIError, resolve_workflow, traceback_lines, workflow_call
 from ._examples import Example, examples_dir, find_examples
 from ._render import rich_tree
 from ._serialize import redact, scrub
@@ -45,10 +46,6 @@ LIVE_MAX_NODES = 300
 INTERRUPTED = 130
 
 __all__ = ["main"]
-
-
-class CLIError(Exception):
-    """A one-line error for the user; printed without a traceback."""
 
 
 def _cmd_plugins(args: argparse.Namespace) -> int:
@@ -214,8 +211,21 @@ def _dump(record: dict[str, Any]) -> str:
     return json.dumps(record, separators=(",", ":"))
 
 
+def _print_tracebacks(tree: EventTree, console: Console | None) -> None:
+    """Where ``tree``'s failures started, after its tree (on stderr when ``console`` is None)."""
+    lines = ["", *traceback_lines(tree)]
+    if console is None:
+        print("\n".join(lines), file=sys.stderr)
+    else:
+        for line in lines:  # as Text: no markup or emoji codes read in file names or code
+            console.print(Text(line, style="red" if line.startswith("✗") else ""))
+
+
 def _cmd_tree(args: argparse.Namespace) -> int:
     trees = _load_trees(args.file)
+    if args.traceback and (args.json or args.jsonl):
+        for tree in trees:
+            _print_tracebacks(tree, None)  # stdout is JSON: they go to stderr
     if args.json:
         data = [t.to_json() for t in trees]
         try:
@@ -241,26 +251,9 @@ def _cmd_tree(args: argparse.Namespace) -> int:
             if i:
                 console.print()
             console.print(renderable)
+            if args.traceback:
+                _print_tracebacks(trees[i], console)
     return 0
-
-
-def _resolve(target: str) -> Workflow[Any, Any]:
-    module_name, _, attr = target.partition(":")
-    if not module_name or not attr:
-        raise CLIError(f"expected module:workflow, got {target!r} (e.g. myapp.flows:review)")
-    sys.path.insert(0, str(Path.cwd()))
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as exc:  # SyntaxError, NameError... all mean "fix that module"
-        raise CLIError(f"cannot import {module_name!r}: {type(exc).__name__}: {exc}") from exc
-    if not hasattr(module, attr):
-        raise CLIError(f"module {module_name!r} has no attribute {attr!r}")
-    obj = getattr(module, attr)
-    if not isinstance(obj, Workflow):
-        kind = type(obj).__name__
-        article = "an" if kind[:1].lower() in "aeiou" else "a"
-        raise CLIError(f"{target} is {article} {kind}, not a Workflow (decorate it with @workflow)")
-    return obj
 
 
 class _Tap:
@@ -305,9 +298,13 @@ class _Outcome:
 
 
 async def _watch(
-    wf: Workflow[Any, Any], args: argparse.Namespace, tap: _Tap, live: Live | None
+    wf: Workflow[Any, Any],
+    call: tuple[tuple[Any, ...], dict[str, Any]],
+    args: argparse.Namespace,
+    tap: _Tap,
+    live: Live | None,
 ) -> _Outcome:
-    task = asyncio.ensure_future(wf.run(*args.args))
+    task = asyncio.ensure_future(wf.run(*call[0], **call[1]))
     # Rebuilt from the run's events: the tree to show if the run is interrupted.
     replayer = Replayer()
 
@@ -320,7 +317,7 @@ async def _watch(
             with contextlib.suppress(ValueError):
                 replayer.apply(record)
         if live is not None and replayer.trees:
-            live.update(rich_tree(replayer.trees[0], max_nodes=LIVE_MAX_NODES))
+            live.update(rich_tree(replayer.trees[0], max_nodes=LIVE_MAX_NODES, crop=True))
 
     interrupted = False
     try:
@@ -351,7 +348,9 @@ async def _watch(
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    wf = _resolve(args.target)
+    wf = resolve_workflow(args.target)
+    # Checked before the run starts: a wrong argument is a typing error, not a failed run.
+    call = workflow_call(wf, args.args, args.input, args.arg)
     console = _console()
     want_live = args.live if args.live is not None else console.is_interactive
     want_live = want_live and not (args.json or args.jsonl)
@@ -362,13 +361,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if want_live:
             # transient: the final, complete tree replaces the (capped) live frames.
             with Live(console=console, refresh_per_second=8, transient=True) as live:
-                outcome = asyncio.run(_watch(wf, args, tap, live))
+                outcome = asyncio.run(_watch(wf, call, args, tap, live))
         else:
-            outcome = asyncio.run(_watch(wf, args, tap, None))
+            outcome = asyncio.run(_watch(wf, call, args, tap, None))
     finally:
         manager.unregister(plugin_name)
     if outcome.error is not None and not (args.json or args.jsonl):
-        print(f"groundswell: {printable(outcome.error)}", file=sys.stderr)
+        hint = "" if args.traceback else " (--traceback shows where)"
+        # Scrubbed like the tree: the message may quote an environment secret.
+        print(f"groundswell: {printable(scrub(outcome.error))}{hint}", file=sys.stderr)
     save_error = None
     if args.save:
         try:
@@ -385,8 +386,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(json.dumps(record, indent=2))
     elif not args.jsonl:
         console.print(rich_tree(outcome.tree))
+        if args.traceback:
+            _print_tracebacks(outcome.tree, console)
         if outcome.status is NodeStatus.COMPLETED:
             console.print(f"\noutput: {scrub(repr(outcome.output))}", markup=False)
+    if args.traceback and (args.json or args.jsonl):
+        _print_tracebacks(outcome.tree, None)  # stdout is JSON: they go to stderr
     if save_error is not None:
         raise CLIError(save_error)
     if outcome.interrupted:
@@ -467,13 +472,41 @@ def build_parser(*, plugin_commands: bool = True) -> argparse.ArgumentParser:
     p.add_argument("names", nargs="*", metavar="NAME", help="examples by number or name prefix")
     p.set_defaults(func=_cmd_examples)
 
-    p = sub.add_parser("run", help="run a workflow: groundswell run module:workflow [ARGS...]")
-    p.add_argument("target", help="module:workflow, e.g. myapp.flows:review")
-    p.add_argument("args", nargs="*", help="positional arguments passed to the workflow (strings)")
+    p = sub.add_parser(
+        "run",
+        help="run a workflow: groundswell run module:workflow [ARGS...]",
+        description="Run a workflow, print its tree, exit 0 when it completed and 1 when it "
+        "failed. Arguments are checked against the workflow's parameters (after ctx) before "
+        "it runs, and converted to their annotated types.",
+    )
+    p.add_argument(
+        "target",
+        help="module:workflow (myapp.flows:review, imported from the current directory) or "
+        "file.py:workflow (flows.py:review, path/to/flows.py:review)",
+    )
+    p.add_argument("args", nargs="*", help="the workflow's arguments in order (strings)")
+    p.add_argument(
+        "--input",
+        metavar="JSON",
+        help="""keyword arguments as a JSON object ('{"qty": 3}'), or @FILE.json to read one""",
+    )
+    p.add_argument(
+        "--arg",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="one keyword argument (repeatable); VALUE is parsed as JSON when it is JSON "
+        "(3, true, [1, 2]), else kept as text",
+    )
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help='print {"status", "output", "tree"}')
     out.add_argument(
         "--jsonl", action="store_true", help="stream the run's events as JSON lines, live"
+    )
+    p.add_argument(
+        "--traceback",
+        action="store_true",
+        help="after the tree, print where each failure started (file, line, source)",
     )
     p.add_argument("--save", metavar="FILE", help="save the run's JSONL event log to FILE")
     p.add_argument(
@@ -489,6 +522,11 @@ def build_parser(*, plugin_commands: bool = True) -> argparse.ArgumentParser:
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print the tree as JSON")
     out.add_argument("--jsonl", action="store_true", help="print the tree as a JSONL event log")
+    p.add_argument(
+        "--traceback",
+        action="store_true",
+        help="after the tree, print where each failure started (file, line, source)",
+    )
     p.set_defaults(func=_cmd_tree)
 
     if plugin_commands:

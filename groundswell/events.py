@@ -12,6 +12,7 @@ warning and left behind, so it never holds the process open.
 from __future__ import annotations
 
 import collections
+import inspect
 import logging
 import os
 import threading
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 if TYPE_CHECKING:
     from .tree import EventNode
 
-__all__ = ["Event", "EventKind", "Sink", "SinkHub"]
+__all__ = ["Event", "EventKind", "Sink", "SinkHub", "sink_problems"]
 
 logger = logging.getLogger("groundswell.sinks")
 
@@ -64,17 +65,38 @@ class Event:
 
 @runtime_checkable
 class Sink(Protocol):
-    """What an event sink's factory returns."""
+    """What an event sink's factory returns: plain (not async) methods, called on its own thread.
+
+    The hub calls ``handle`` for every event, in order, from the sink's worker
+    thread; the methods never run on an event loop, so blocking there is fine
+    and ``async def`` is refused (nothing would await it). An exception in any
+    method is counted and logged once, never raised into a run. An optional
+    ``flush()`` is called each time the sink has caught up with its queue.
+    """
 
     def handle(self, event: Event) -> None:
-        """Take one event; keep it quick and do slow work elsewhere."""
+        """Take one event (its ``data`` is a JSON-safe snapshot); the return is ignored."""
 
     def close(self) -> None:
-        """Flush and release resources; called once at shutdown."""
+        """Flush and release resources; called once, after the last ``handle`` and ``flush``."""
 
 
-# A sink may also define ``flush()``: the hub calls it whenever the sink's queue
-# has run empty, so a sink can batch its I/O (write many events, sync once).
+def sink_problems(sink: object) -> list[str]:
+    """What keeps ``sink`` from working as an event sink, in plain words (empty: nothing)."""
+    problems: list[str] = []
+    for name in ("handle", "flush", "close"):
+        method = getattr(sink, name, None)
+        if method is None:
+            if name == "handle":
+                problems.append(f"{type(sink).__name__} has no handle(event) method")
+        elif not callable(method):
+            problems.append(f"{name} is a {type(method).__name__}, not a method")
+        elif inspect.iscoroutinefunction(method):
+            problems.append(
+                f"{name}() is async, and nothing awaits it: make it a plain def (it runs on "
+                "the sink's own worker thread, where blocking is fine)"
+            )
+    return problems
 
 
 class _Stop:
@@ -176,7 +198,9 @@ class _SinkWorker:
 
     def _call(self, fn: Any, *args: Any) -> bool:
         try:
-            fn(*args)
+            result = fn(*args)
+            if result is not None and inspect.isawaitable(result):
+                raise TypeError(_unawaited(fn, result))
             return True
         except BaseException as exc:  # even SystemExit: a sink must never reach the run
             self.errors += 1
@@ -205,7 +229,10 @@ class _SinkWorker:
         if pending and self._drained is not None:
             self._call(self._drained)
         try:
-            self.sink.close()
+            close: Any = self.sink.close  # typed to return None; a broken sink may not
+            result = close()
+            if result is not None and inspect.isawaitable(result):
+                raise TypeError(_unawaited(close, result))
         except BaseException as exc:
             logger.warning("event sink %r failed to close: %s", self.name, exc)
 
@@ -235,6 +262,18 @@ class _SinkWorker:
                 self.name,
                 timeout,
             )
+
+
+def _unawaited(fn: Any, result: Any) -> str:
+    """The error for a sink method that returned an awaitable (closed, so it warns no more)."""
+    close = getattr(result, "close", None)
+    if callable(close):
+        close()
+    name = getattr(fn, "__name__", "handle")
+    return (
+        f"{name}() returned {type(result).__name__}, which nothing awaits: it must do its "
+        "work before returning (a plain def returning None)"
+    )
 
 
 def _close_timeout() -> float:
@@ -284,8 +323,9 @@ class SinkHub:
 
     def add(self, name: str, sink: Sink) -> None:
         """Start delivering events to ``sink`` under ``name``."""
-        if not callable(getattr(sink, "handle", None)):
-            raise TypeError(f"event sink {name!r} has no handle(event) method")
+        problems = sink_problems(sink)
+        if problems:
+            raise TypeError(f"event sink {name!r}: {'; '.join(problems)}")
         with self._lock:
             if name in self.names():
                 raise ValueError(f"an event sink named {name!r} is already attached")

@@ -81,22 +81,32 @@ class WorkflowCall:
 
 @runtime_checkable
 class ExecutionEngine(Protocol):
-    """What an execution backend's factory returns."""
+    """What an execution backend's factory returns: one instance per name per process.
+
+    It serves every run at once, on any event loop. Exceptions pass through
+    unchanged: a step's failure must reach the kernel as raised (it marks the
+    node failed and reflects on it), and so must cancellation.
+    """
 
     async def run_workflow(self, call: WorkflowCall) -> WorkflowResult[Any]:
-        """Run ``call`` (usually by calling ``call.run_here()`` inside a durable context)."""
+        """Run ``call`` and return the `WorkflowResult` ``await call.run_here()`` gave (usually
+        inside a durable context); its `WorkflowError` propagates."""
         ...
 
     async def run_step(
         self, ctx: WorkflowContext, node: EventNode, call: Callable[[], Awaitable[Any]]
     ) -> Any:
-        """Run one step's body ``call()`` for the step ``node``; return its output."""
+        """Run one step's body, ``await call()``, for the step ``node``; return its output
+        (or a checkpointed one), and let its exception propagate."""
         ...
 
     async def spawn(
         self, ctx: WorkflowContext, node: EventNode, call: WorkflowCall, queue: str
     ) -> Any:
-        """Run ``call`` on ``queue`` (elsewhere), mount its tree under ``node``, return its output."""
+        """Run ``call`` on ``queue`` (elsewhere), mount its tree under ``node``, return its output.
+
+        An engine without queues raises `ConfigurationError` saying so.
+        """
         ...
 
 

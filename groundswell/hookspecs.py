@@ -4,7 +4,11 @@ A plugin is any object or module with functions marked ``@hookimpl`` whose
 names match the specs below. Each ``register_*`` hook takes no arguments and
 returns one record or an iterable of records. A record is cheap: a unique
 ``name`` and, for most kinds, a lazy ``factory`` that is called only when the
-thing is used, so loading plugins stays fast.
+thing is used, so loading plugins stays fast. Factories are called with no
+arguments (`CliCommand`'s gets its parser): a plugin reads its settings from
+the environment, and users who want other settings pass an instance instead
+(``Agent(cache=MyCache(path=...))``). The protocols the factories' objects
+follow are in ``docs/plugin-hooks.md``; ``groundswell.testing`` checks them.
 """
 
 from __future__ import annotations
@@ -66,17 +70,18 @@ class _Record:
 
 @dataclass(frozen=True, slots=True)
 class CacheBackend(_Record):
-    """A cache backend: ``factory(**options)`` returns a `Cache`."""
+    """A cache backend: ``factory()`` returns a `groundswell.Cache`, once per process."""
 
 
 @dataclass(frozen=True, slots=True)
 class ReflectionStrategy(_Record):
-    """A reflection strategy: ``factory(**options)`` returns the strategy object."""
+    """A reflection strategy: ``factory()`` returns a `groundswell.Reflector`, per reflection."""
 
 
 @dataclass(frozen=True, slots=True)
 class EventSink(_Record):
-    """An event sink: ``factory()`` returns an object with ``handle(event)`` and ``close()``.
+    """An event sink: ``factory()`` returns a `groundswell.events.Sink` (plain ``handle(event)``
+    and ``close()``, optional ``flush()``), once per process, when the first run starts.
 
     The factory may return ``None`` when the sink has nothing to do in this
     process (say, no exporter is configured); it then costs runs nothing, and
@@ -86,15 +91,21 @@ class EventSink(_Record):
 
 @dataclass(frozen=True, slots=True)
 class ToolProvider(_Record):
-    """A named toolset: ``factory(**options)`` returns the tools an agent gets for that name."""
+    """A named toolset: ``factory()`` returns the tools an agent gets for that name.
+
+    A `groundswell.Tool`, an Anthropic tool dict, or an iterable of those (or of
+    plain functions); called each time an agent's prompt asks for the name.
+    """
 
 
 @dataclass(frozen=True, slots=True)
 class TokenCounter(_Record):
-    """A token counter: ``factory()`` returns an object with ``async count(request) -> int``.
+    """A token counter: ``factory()`` returns a `groundswell.tokens.Counter`,
+    ``async count(request) -> int``.
 
     ``request`` is a `groundswell.tokens.CountRequest` (model, messages,
-    system, tools, and the calling agent's client).
+    system, tools, and the calling agent's client). The factory runs for each
+    budgeted prompt that names the counter.
     """
 
 

@@ -16,6 +16,7 @@ from enum import StrEnum
 from typing import Any, TypeGuard
 
 from ._scrub import scrub
+from .tracebacks import check_traceback
 
 __all__ = ["FINAL_STATUSES", "EventNode", "NodeStatus", "NodeType"]
 
@@ -79,7 +80,8 @@ class EventNode:
     ``timestamp`` and ``ended_at`` are Unix times in seconds; ``metrics["duration"]``
     is the node's wall time in seconds. ``payload`` holds JSON-safe inputs and
     outputs, ``events`` the point-in-time happenings (``{"type": ..., "timestamp":
-    ..., **data}``), ``error`` the failure (``{"type", "message"}``) if any.
+    ..., **data}``), ``error`` the failure (``{"type", "message"}``, and where
+    it was raised: ``"traceback"``, see ``groundswell.tracebacks``) if any.
     """
 
     # children and events are created on first use: most nodes are leaves without
@@ -238,7 +240,7 @@ def node_from_record(record: Any) -> EventNode:
         events = record_field(record, "events", list)
         if events:
             node.events = list(events)
-        node.error = record_field(record, "error", dict)
+        node.error = record_error(record)
     except ValueError as exc:
         raise ValueError(f"malformed node record {record.get('id', '?')!r}: {exc}") from None
     return node
@@ -269,6 +271,14 @@ _JSON_NAMES = {
 }
 
 
+def record_error(record: dict[str, Any]) -> dict[str, Any] | None:
+    """A record's ``error``: an object whose traceback, if any, is well formed."""
+    error: dict[str, Any] | None = record_field(record, "error", dict)
+    if error is not None:
+        check_traceback(error)
+    return error
+
+
 def record_status(value: Any) -> NodeStatus:
     """A record's ``status`` as a `NodeStatus`; ``ValueError`` listing the known ones."""
     try:
@@ -280,6 +290,9 @@ def record_status(value: Any) -> NodeStatus:
 
 # -- labels ----------------------------------------------------------------------
 
+
+#: How much of an error message a tree line shows; longer ones end in "…".
+MESSAGE_WIDTH = 80
 
 _MARKS = {
     NodeStatus.COMPLETED: "✓",
@@ -336,7 +349,9 @@ def label_parts(node: EventNode) -> list[tuple[str, str]]:
         parts.append(("↺ recovered", "bold green"))
     if node.error:
         error = node.error if isinstance(node.error, dict) else {"message": node.error}
-        message = scrub(str(error.get("message", "")))[:80]
+        message = printable(scrub(str(error.get("message", ""))))
+        if len(message) > MESSAGE_WIDTH:  # the whole message stays in the JSON
+            message = message[: MESSAGE_WIDTH - 1] + "…"
         parts.append((f"{error.get('type', 'error')}: {message}", "red"))
     # Names, messages and metrics may come from anywhere (a file, a model): a label
     # stays one line of plain text, whatever control characters they hold.

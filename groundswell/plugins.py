@@ -28,7 +28,7 @@ import pluggy
 
 from . import hookspecs
 from .errors import ConfigurationError, PluginError
-from .events import SinkHub
+from .events import SinkHub, sink_problems
 from .hookspecs import (
     AgentMiddleware,
     AgentOption,
@@ -265,6 +265,15 @@ class PluginManager:
         info = self._infos.get(plugin) or PluginInfo(name=plugin)
         self._report(info, message, exc)
 
+    def note(self, plugin: str, message: str) -> None:
+        """Record a problem of ``plugin`` that the kernel contained (the run went on without it).
+
+        Listed with the plugin's errors, never raised (even when strict): the caller logged it.
+        """
+        info = self._infos.get(plugin)
+        if info is not None and message not in info.errors:
+            info.errors.append(message)
+
     def owner(self, hook_name: str, record_name: str) -> str | None:
         """The plugin that registered ``record_name`` through ``hook_name``, if any."""
         return self._collect_owned(hook_name, HOOK_RECORDS[hook_name])[1].get(record_name)
@@ -490,8 +499,9 @@ class PluginManager:
                     # Nothing to do in this process (e.g. no exporter configured);
                     # refresh_sinks() asks again after the configuration changed.
                     continue
-                if not callable(getattr(sink, "handle", None)):
-                    raise TypeError("its factory returned an object without handle(event)")
+                problems = sink_problems(sink)
+                if problems:  # e.g. an async handle(), which nothing would ever await
+                    raise TypeError("; ".join(problems))
             except Exception as exc:
                 info = self._infos.get(owners[name]) or PluginInfo(name=name)
                 self._report(info, f"event sink {name!r} failed to start: {exc}", exc)

@@ -8,6 +8,7 @@ client). `get_counter` finds a counter by name;
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import re
@@ -52,10 +53,16 @@ class CountRequest:
 
 @runtime_checkable
 class Counter(Protocol):
-    """A token counter: the input tokens of a request."""
+    """A token counter: the input tokens of a request, counted before it is sent.
+
+    One instance may count for many prompts at once (keep no per-request
+    state on it). Raising is allowed: the budget estimates that turn instead
+    and records a ``budget_counter_error`` event; so is returning anything but
+    an ``int`` >= 0 (a `PluginError` naming the counter is what is recorded).
+    """
 
     async def count(self, request: CountRequest) -> int:
-        """The number of input tokens ``request`` would use."""
+        """The number of input tokens ``request`` would use, an ``int`` >= 0."""
         ...
 
 
@@ -271,20 +278,70 @@ def known_counter(name: str) -> list[str] | None:
     return None
 
 
+class _Checked:
+    """A counter whose answers are checked: ``count`` must be async and give an int >= 0.
+
+    A wrong answer becomes a `PluginError` that names the counter and what it
+    must return, which the budget records (and estimates instead) like any
+    other counter failure, rather than a ``TypeError`` from deep inside it.
+    """
+
+    __slots__ = ("counter", "label", "plugin")
+
+    def __init__(self, counter: Counter, label: str, plugin: str | None) -> None:
+        self.counter, self.label, self.plugin = counter, label, plugin
+
+    async def count(self, request: CountRequest) -> int:
+        made = self.counter.count(request)
+        if not inspect.isawaitable(made):
+            raise self._broken(
+                f"returned {type(made).__name__} {made!r:.40}, not an awaitable; "
+                "it must be async def count(self, request)"
+            )
+        tokens = await made
+        if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens >= 0:
+            return tokens
+        raise self._broken(
+            f"returned {type(tokens).__name__} {tokens!r:.40}; it must return "
+            "the request's input tokens as an int >= 0"
+        )
+
+    def _broken(self, problem: str) -> PluginError:
+        return PluginError(f"token counter {self.label}: count {problem}", plugin=self.plugin)
+
+
 def get_counter(choice: str | Counter | None = None) -> Counter:
-    """The counter ``choice`` names (``None``: ``GROUNDSWELL_TOKEN_COUNTER``, else ``estimate``)."""
+    """The counter ``choice`` names (``None``: ``GROUNDSWELL_TOKEN_COUNTER``, else ``estimate``).
+
+    Counters other than the kernel's own come back wrapped, their answers checked.
+    """
     if choice is not None and not isinstance(choice, str):
-        return choice
+        if isinstance(choice, EstimateCounter | AnthropicCounter | _Checked):
+            return choice
+        return _Checked(choice, type(choice).__name__, None)
     name = choice or os.environ.get(COUNTER_ENV) or "estimate"
     if name == "estimate":  # the common case never touches the plugin registry
         return _DEFAULT_COUNTER
     from .plugins import get_plugin_manager
 
-    record = get_plugin_manager().lookup(TokenCounter, name)
-    counter = record.factory()
+    manager = get_plugin_manager()
+    record = manager.lookup(TokenCounter, name)
+    plugin = manager.owner("register_token_counters", name)
+    label = f"{name!r}" + (f" of plugin {plugin!r}" if plugin and plugin != name else "")
+    try:
+        counter = record.factory()
+    except (ConfigurationError, PluginError):
+        raise
+    except Exception as exc:  # blamed on the counter, not on the budget that asked for it
+        raise PluginError(
+            f"token counter {label} could not be made: {exc!r}", plugin=plugin
+        ) from exc
     if not isinstance(counter, Counter):
         raise PluginError(
-            f"token counter {name!r}: its factory returned {type(counter).__name__}, "
-            "which has no async count(request)"
+            f"token counter {label}: its factory returned {type(counter).__name__}, "
+            "which has no async count(request)",
+            plugin=plugin,
         )
-    return counter
+    if isinstance(counter, EstimateCounter | AnthropicCounter):
+        return counter
+    return _Checked(counter, label, plugin)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ._scrub import scrub_fields, scrub_json
-from ._serialize import error_record, jsonable
+from ._serialize import jsonable
 from .events import Event
 
 # The ``x as x`` imports keep old import paths (``groundswell.tree.label_parts``) working.
@@ -33,6 +33,7 @@ from .node import (
     end_record,
     label,
     node_from_record,
+    record_error,
     record_field,
     record_status,
     recorded_events,
@@ -40,6 +41,7 @@ from .node import (
 )
 from .node import label_parts as label_parts
 from .node import label_separator as label_separator
+from .tracebacks import failure_record
 
 __all__ = ["EventNode", "EventTree", "NodeStatus", "NodeType", "Replayer"]
 
@@ -133,7 +135,8 @@ class EventTree:
         # Fill every field first and flip the status last, so nobody sees a
         # "completed" node without its output.
         if error is not None:
-            node.error = error_record(error)
+            # The traceback is read here, on failure only: completing costs nothing more.
+            node.error = failure_record(error)
         if record_output:
             node.payload["output"] = jsonable(output)
         node.ended_at = time.time()
@@ -523,7 +526,7 @@ class Replayer:
                     node.ended_at = record_field(data, "ended_at", (int, float))
                     node.metrics = dict(record_field(data, "metrics", dict) or {})
                     node.payload = dict(record_field(data, "payload", dict) or {})
-                    node.error = record_field(data, "error", dict)
+                    node.error = record_error(data)
             except ValueError as exc:
                 raise ValueError(f"event {n}: {kind} of node {node_id!r}: {exc}") from None
             return tree

@@ -480,3 +480,133 @@ def test_a_broken_plugin_is_reported_once(
     out = gs(*args, cwd=project, env=env)
     assert out.returncode == code, out.stderr
     assert out.stderr.count("RuntimeError: on purpose") == 1, out.stderr
+
+
+SHOP = """
+import groundswell
+from pricing import unit_price  # a sibling module, imported as `python shop.py` would
+
+
+@groundswell.workflow(name="quote")
+async def quote(ctx, item: str, qty: int = 1, tags: list[str] | None = None) -> dict:
+    price = await ctx.step("price", lambda: unit_price(item) * qty)
+    return {"item": item, "qty": qty, "price": price, "tags": tags}
+
+
+@groundswell.workflow(name="free")
+async def free(ctx, *items, **options):
+    return [list(items), options]
+
+
+if __name__ == "__main__":
+    raise SystemExit("run as a script, not by groundswell run")
+"""
+
+
+@pytest.fixture
+def shop(tmp_path: Path) -> Path:
+    folder = tmp_path / "apps" / "shop"
+    folder.mkdir(parents=True)
+    (folder / "shop.py").write_text(SHOP)
+    (folder / "pricing.py").write_text("def unit_price(item):\n    return len(item)\n")
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    ("cwd", "target"),
+    [
+        ("apps/shop", "shop.py:quote"),
+        ("apps/shop", "./shop.py:quote"),
+        (".", "apps/shop/shop.py:quote"),
+        ("apps", "./shop/shop.py:quote"),
+    ],
+)
+def test_run_takes_a_file_path_and_its_sibling_imports_work(
+    shop: Path, cwd: str, target: str
+) -> None:
+    out = gs("run", target, "pear", "--json", cwd=shop / cwd)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["output"] == {"item": "pear", "qty": 1, "price": 4, "tags": None}
+    assert gs("run", "shop:quote", "fig", cwd=shop / "apps" / "shop").returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["shop.py:quot"],
+            "'shop.py' has no attribute 'quot'; its workflows: free, quote",
+        ),
+        (
+            ["shop.py:unit_price"],
+            "shop.py:unit_price is a function, not a Workflow (decorate it with @workflow); "
+            "its workflows: free, quote",
+        ),
+        (["nope.py:quote"], "no such file: nope.py"),
+        (["pricing:quote"], "'pricing' has no attribute 'quote'; it defines no workflows"),
+        (
+            ["shop.py:quote", "pear", "2", "x", "y"],
+            "workflow 'quote' takes 3 arguments (item, qty, tags), but 4 were given",
+        ),
+        (
+            ["shop.py:quote"],
+            "workflow 'quote' is missing argument 'item'; its parameters: item, qty=1, tags=None",
+        ),
+        (
+            ["shop.py:quote", "pear", "--arg", "qyt=2"],
+            "workflow 'quote' has no parameter 'qyt'; its parameters: item, qty=1, tags=None "
+            "(check the --arg or --input names)",
+        ),
+        (
+            ["shop.py:quote", "pear", "--arg", "item=fig"],
+            "argument 'item' is given twice",
+        ),
+        (["shop.py:quote", "--arg", "item"], "--arg expects NAME=VALUE, got 'item'"),
+        (["shop.py:quote", "--input", "{item: 1}"], "--input is not valid JSON (Expecting"),
+        (["shop.py:quote", "--input", "[1]"], "--input must be a JSON object of argument names"),
+        (["shop.py:quote", "--input", "@none.json"], "--input @none.json: cannot read none.json"),
+        (
+            ["shop.py:quote", "pear", "--arg", "qty=many"],
+            "workflow 'quote': invalid input (qty: Input should be a valid integer",
+        ),
+    ],
+)
+def test_wrong_targets_and_arguments_are_one_line_before_the_run(
+    shop: Path, args: list[str], message: str
+) -> None:
+    out = gs("run", *args, cwd=shop / "apps" / "shop")
+    assert out.returncode == 2, out.stdout
+    assert message in out.stderr, out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
+    assert out.stdout == ""  # nothing ran
+
+
+def test_input_and_arg_pass_typed_keyword_arguments(shop: Path) -> None:
+    where = shop / "apps" / "shop"
+    (where / "args.json").write_text('{"item": "plum", "qty": 2}')
+
+    def output(*args: str) -> object:
+        out = gs("run", "shop.py:quote", *args, "--json", cwd=where)
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)["output"]
+
+    # Positional words are text, converted to the annotation (qty: int).
+    assert output("kiwi", "3") == {"item": "kiwi", "qty": 3, "price": 12, "tags": None}
+    assert output("--input", '{"item": "kiwi", "qty": 2, "tags": ["ripe"]}') == {
+        "item": "kiwi",
+        "qty": 2,
+        "price": 8,
+        "tags": ["ripe"],
+    }
+    # --arg wins over --input; its value is JSON when it parses, else text; a str
+    # parameter keeps the text as typed (item=42 is "42", not 42).
+    assert output("--input", "@args.json", "--arg", "qty=5", "--arg", 'tags=["a"]') == {
+        "item": "plum",
+        "qty": 5,
+        "price": 20,
+        "tags": ["a"],
+    }
+    assert output("--arg", "item=42") == {"item": "42", "qty": 1, "price": 2, "tags": None}
+    # A workflow taking *args and **kwargs gets what it is given, as given.
+    free = gs("run", "shop.py:free", "a", "b", "--arg", "n=1", "--arg", "s=x", "--json", cwd=where)
+    assert json.loads(free.stdout)["output"] == [["a", "b"], {"n": 1, "s": "x"}]

@@ -1,4 +1,5 @@
-"""Code in the README and the getting-started page really runs and prints what it says."""
+"""The docs' code really runs: every python block of every page, offline, checked
+against the output the page shows (see tests/docs_runner.py for the convention)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,21 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from groundswell.testing import FakeAnthropicAPI, LoopbackServer
+
+from . import docs_runner
+
 ROOT = Path(__file__).resolve().parent.parent
+RUNNER = Path(docs_runner.__file__).resolve()
+PAGES = [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]
+# A page whose code reads one of these is run only when that server is there.
+SERVICES = {"REDIS_URL": "redis_server_url", "GROUNDSWELL_TEST_POSTGRES_URL": "postgres_url"}
+PAGE_TIMEOUT_S = 100  # under pytest's own 120 s, so a stuck page fails with its output
 
 
 def python_block(path: Path, index: int) -> str:
@@ -73,6 +84,132 @@ def test_budgets_page_example_runs_and_shows_budget_nodes() -> None:
     assert enforced, lines
     before, after = re.search(r"(\d+)→(\d+) tok", enforced[0]).groups()  # type: ignore[union-attr]
     assert int(before) > 2_000 >= int(after)  # input limit: max_total 2,500 - 500 reserved
+
+
+@pytest.fixture(scope="module")
+def fake_api() -> Iterator[LoopbackServer]:
+    """The schema-aware fake on a loopback port: what `Agent()` without a client talks to."""
+    with FakeAnthropicAPI().serve() as server:
+        yield server
+
+
+def page_env(base_url: str, home: Path) -> dict[str, str]:
+    """A reader's environment, offline: no key, the SDK pointed at the fake, no settings."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("ANTHROPIC_", "GROUNDSWELL_", "OTEL_", "DBOS_"))
+    }
+    env.update(
+        ANTHROPIC_BASE_URL=base_url,
+        ANTHROPIC_AUTH_TOKEN="fake",
+        HOME=str(home),  # ~/.groundswell (history, DBOS) lands in the temporary folder
+    )
+    return env
+
+
+def run_page(page: Path, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(RUNNER), str(page)],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=PAGE_TIMEOUT_S,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_every_python_block_of_the_page_runs_as_printed(
+    page: Path, fake_api: LoopbackServer, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    code = "".join(b.code for b in docs_runner.parse(page) if not b.is_fragment)
+    env = page_env(fake_api.base_url, tmp_path)
+    for variable, fixture in SERVICES.items():
+        if variable in code:
+            request.getfixturevalue(fixture)  # skips (or fails in CI) without the server
+            if variable in os.environ:
+                env[variable] = os.environ[variable]
+    try:
+        out = run_page(page, env, tmp_path)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(
+            f"{page.relative_to(ROOT)}: its python blocks did not finish within "
+            f"{PAGE_TIMEOUT_S} s. They printed:\n{exc.stdout}\n{exc.stderr}",
+            pytrace=False,
+        )
+    if out.returncode != 0:
+        pytest.fail(
+            f"{page.relative_to(ROOT)}: its python blocks do not run as printed, offline "
+            f"(rerun: ./dev test tests/test_docs.py -k {page.name}):\n{out.stderr}",
+            pytrace=False,
+        )
+
+
+def test_a_failing_block_is_named_with_its_line_traceback_and_output(tmp_path: Path) -> None:
+    page = tmp_path / "guide.md"
+    page.write_text(
+        "# Guide\n\n```python\nx = 1\n```\n\nThen:\n\n```python\nprint(x)\nprint(add(1, 2))\n```\n"
+    )
+    out = run_page(page, page_env("http://127.0.0.1:9", tmp_path), tmp_path)
+    assert out.returncode == 1
+    assert f"{page} block 2 (line 9: `print(x)`) raised:" in out.stderr
+    assert f'File "{page}", line 11, in <module>' in out.stderr  # the page's own line
+    assert "NameError: name 'add' is not defined" in out.stderr
+    assert "What the block printed before that:\n1\n" in out.stderr
+    assert "docs_runner.py" not in out.stderr  # the traceback starts in the page
+
+
+def test_output_blocks_are_compared_after_normalising_and_ellipses(tmp_path: Path) -> None:
+    page = tmp_path / "guide.md"
+    text = (
+        "```python\n# Fragment: only compiled\nraise SystemExit('never run')\n```\n\n"
+        "```python\nimport asyncio\n\n\nasync def answer() -> int:\n    return 42\n```\n\n"
+        "```python\nprint(await answer())  # top-level await\n"
+        "print(f'took {asyncio.get_running_loop().time() % 100:.1f}ms, id {id(answer)}')\n"
+        "for i in range(3):\n    print(i)\n```\n\n"
+        "```output\n42\ntook 1.2ms, id 9f86d081884c7d65\n...\n2\n```\n\n"
+        "```python\nprint(asyncio.run(answer()))  # no loop runs between blocks\n```\n\n"
+        "```output\n{expected}\n```\n"
+    )
+    env = page_env("http://127.0.0.1:9", tmp_path)
+    page.write_text(text.replace("{expected}", "42"))
+    ok = run_page(page, env, tmp_path)
+    assert ok.returncode == 0, ok.stderr
+    assert "never run" not in ok.stdout + ok.stderr
+    page.write_text(text.replace("{expected}", "41"))
+    wrong = run_page(page, env, tmp_path)
+    assert wrong.returncode == 1
+    assert f"{page} block 4 (line 28: `print(asyncio.run(answer()))" in wrong.stderr
+    assert "printed something other than its output block" in wrong.stderr
+    assert "-41\n+42" in wrong.stderr
+
+
+def test_page_conventions_are_checked(tmp_path: Path) -> None:
+    page = tmp_path / "guide.md"
+    page.write_text("```python\nx = 1\n```\n\nIt prints:\n\n```output\n1\n```\n")
+    with pytest.raises(docs_runner.PageError, match=r"guide.md:7: an ```output block must"):
+        docs_runner.parse(page)
+    page.write_text("```python\n# fragment\nx = 1\n```\n```output\n1\n```\n")
+    with pytest.raises(docs_runner.PageError, match="is a fragment but has an output block"):
+        docs_runner.parse(page)
+    page.write_text("```python\nx = 1\n")
+    with pytest.raises(docs_runner.PageError, match="never closed"):
+        docs_runner.parse(page)
+    page.write_text("- a list item:\n\n    ```python\n    if True:\n        x = 1\n    ```\n")
+    (block,) = docs_runner.parse(page)
+    assert block.code == "if True:\n    x = 1\n" and not block.is_fragment
+
+
+def test_normalising_durations_and_ids() -> None:
+    shown = docs_runner.normalise("✓ step a  12.3ms\nrun 9f86d081884c7d65 took 0.4s, 1.2µs\n\n")
+    printed = docs_runner.normalise("✓ step a  0.1ms   \nrun 0123456789abcdef took 7s, 3.0µs")
+    assert shown == printed == ["✓ step a  <duration>", "run <id> took <duration>, <duration>"]
+    assert docs_runner.matches(["a", "...", "z"], ["a", "z"])
+    assert docs_runner.matches(["a", "...", "z"], ["a", "b", "c", "z"])
+    assert not docs_runner.matches(["a", "...", "z"], ["a", "b"])
+    assert not docs_runner.matches(["a", "b"], ["a", "b", "c"])
 
 
 @pytest.mark.parametrize("page", sorted((ROOT / "docs").glob("*.md")), ids=lambda p: p.name)

@@ -27,6 +27,7 @@ LAYERS: dict[str, int] = {
     "groundswell.hookspecs": 0,
     "groundswell.events": 0,
     "groundswell.settings_check": 0,
+    "groundswell.tracebacks": 0,
     "groundswell.node": 1,
     "groundswell.tree": 1,
     "groundswell._render": 1,
@@ -60,7 +61,9 @@ LAYERS: dict[str, int] = {
     # the public API and what only users call
     "groundswell": 7,
     "groundswell.cli": 7,
+    "groundswell._cli_run": 7,
     "groundswell.testing": 7,
+    "groundswell.testing._checks": 7,
     "groundswell._examples": 7,
     # old import paths, kept working
     "groundswell.context": 7,

@@ -529,7 +529,9 @@ async def test_a_middleware_that_raises_fails_the_prompt_with_its_name(
     tree = info.value.result.tree  # type: ignore[union-attr]
     (prompt,) = tree.find(type="prompt")
     assert prompt.status is NodeStatus.FAILED
-    assert prompt.error == {"type": "PluginError", "message": str(cause)}
+    assert prompt.error is not None
+    assert prompt.error["type"] == "PluginError"
+    assert prompt.error["message"] == str(cause)
     assert tree.root is not None and tree.root.status is NodeStatus.FAILED
     assert all(n.status is not NodeStatus.RUNNING for n in tree.walk())
     # audit_a (450) runs outside it and saw the failure go by.

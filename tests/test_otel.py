@@ -273,6 +273,14 @@ async def test_a_failed_step_marks_its_spans_as_errors(exporter: InMemorySpanExp
     event = next(e for e in found["step boom"].events if e.name == "exception")
     assert event.attributes[A.EXCEPTION_TYPE] == "ZeroDivisionError"
     assert "division by zero" in event.attributes[A.EXCEPTION_MESSAGE]
+    # Where it was raised, as Python prints it: this file's lambda is the last frame.
+    stack = str(event.attributes[A.EXCEPTION_STACKTRACE])
+    assert stack.startswith("Traceback (most recent call last):\n")
+    assert f'File "{__file__}"' in stack and "in <lambda>" in stack
+    assert stack.splitlines()[-2:] == [
+        '    await ctx.step("boom", lambda: 1 / 0)',
+        "ZeroDivisionError: division by zero",
+    ]
 
 
 async def test_spans_are_exported_while_the_run_is_still_going(

@@ -12,10 +12,15 @@ from pydantic import BaseModel
 from groundswell import (
     Agent,
     ConfigurationError,
+    Middleware,
     ModelAPIError,
+    PluginError,
     Prompt,
     PromptOverrides,
+    ToolProvider,
     WorkflowContext,
+    get_plugin_manager,
+    hookimpl,
     workflow,
 )
 from groundswell.testing import (
@@ -269,3 +274,63 @@ def test_from_trace_refuses_what_it_cannot_replay(tmp_path: Path) -> None:
         FakeAnthropicAPI.from_trace(path)
     with pytest.raises(TypeError, match="takes a trace file"):
         FakeAnthropicAPI.from_trace(42)  # type: ignore[arg-type]
+
+
+# -- plugins that break a seam's contract get named ------------------------------------
+
+
+class ReturnsText(Middleware):
+    name = "returns_text"
+
+    async def wrap_prompt(self, run, call_next):  # type: ignore[no-untyped-def]
+        await call_next()
+        return "just the text"
+
+
+class DropsRequest(Middleware):
+    name = "drops_request"
+
+    async def before_model(self, run, request):  # type: ignore[no-untyped-def]
+        request["metadata"] = {"user_id": "u1"}  # forgot `return request`
+
+
+class ReturnsDict(Middleware):
+    name = "returns_dict"
+
+    async def wrap_model_call(self, run, request, call_next):  # type: ignore[no-untyped-def]
+        return (await call_next(request)).model_dump()
+
+
+@pytest.mark.parametrize(
+    ("middleware", "seam", "must"),
+    [
+        (ReturnsText(), "wrap_prompt", "the PromptResult of `await call_next()`"),
+        (DropsRequest(), "before_model", "the request dict it was given"),
+        (ReturnsDict(), "wrap_model_call", "the SDK Message of `await call_next(request)`"),
+    ],
+)
+async def test_a_middleware_returning_the_wrong_thing_is_named(
+    middleware: Middleware, seam: str, must: str
+) -> None:
+    agent = Agent(name="a", middleware=[middleware])
+    with use_fake(["hi"]), pytest.raises(PluginError) as caught:
+        await agent.prompt("q")
+    message = str(caught.value)
+    assert f"agent middleware {middleware.name!r} broke the {seam} contract" in message
+    assert must in message and caught.value.plugin == middleware.name
+
+
+@pytest.mark.parametrize("produced", [None, 42, "add"])
+async def test_a_tool_provider_returning_no_list_is_named(produced: object) -> None:
+    class Provider:
+        @hookimpl
+        def register_tool_providers(self) -> ToolProvider:
+            return ToolProvider(name="odd_tools", factory=lambda: produced)
+
+    manager = get_plugin_manager()
+    manager.register(Provider(), name="odd-tools-plugin")
+    try:
+        with use_fake(["hi"]), pytest.raises(PluginError, match="must return a list of tools"):
+            await Agent(name="a", tools=["odd_tools"]).prompt("q")
+    finally:
+        manager.unregister(name="odd-tools-plugin")

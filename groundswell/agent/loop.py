@@ -81,16 +81,28 @@ async def _prompt_layers(
             raise
 
     try:
-        return await layer.middleware.wrap_prompt(run, call_next)
+        result = await layer.middleware.wrap_prompt(run, call_next)
     except Exception as exc:
         if _own_failure(exc, passed):
             raise _blame(layer, exc) from exc
         raise
+    if not isinstance(result, PromptResult):
+        raise _broken(layer, "wrap_prompt", result, "the PromptResult of `await call_next()`")
+    return result
 
 
 def _own_failure(exc: Exception, passed: list[BaseException]) -> bool:
     """True for a middleware's own unexpected error (not one from deeper, nor a deliberate one)."""
     return not isinstance(exc, GroundswellError) and not any(exc is seen for seen in passed)
+
+
+def _broken(layer: Layer, seam: str, got: Any, want: str) -> PluginError:
+    """The prompt's error for a seam that returned the wrong thing: it names the middleware."""
+    return PluginError(
+        f"agent middleware {layer.name!r} broke the {seam} contract: it returned "
+        f"{type(got).__name__} {got!r:.60}, but must return {want} (see docs/middleware.md)",
+        plugin=layer.name,
+    )
 
 
 def _blame(layer: Layer, exc: Exception) -> PluginError:
@@ -190,6 +202,8 @@ async def _turns(run: PromptRun, layers: Layers) -> PromptResult[Any]:
                 if _own_failure(exc, []):
                     raise _blame(layer, exc) from exc
                 raise
+            if type(request) is not dict:
+                raise _broken(layer, "before_model", request, "the request dict it was given")
         if layers.model:
             message = await _model_layers(layers.model, 0, run, request)
         else:
@@ -241,11 +255,17 @@ async def _model_layers(chain: tuple[Layer, ...], i: int, run: PromptRun, reques
             raise
 
     try:
-        return await layer.middleware.wrap_model_call(run, request, call_next)
+        message = await layer.middleware.wrap_model_call(run, request, call_next)
     except Exception as exc:
         if _own_failure(exc, passed):
             raise _blame(layer, exc) from exc
         raise
+    if not hasattr(message, "stop_reason") or not isinstance(
+        getattr(message, "content", None), list
+    ):
+        want = "the SDK Message of `await call_next(request)` (or one it builds)"
+        raise _broken(layer, "wrap_model_call", message, want)
+    return message
 
 
 async def model_turn(run: PromptRun, params: dict[str, Any]) -> Any:

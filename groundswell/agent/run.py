@@ -9,7 +9,7 @@ starts, and ``scratch`` is kept across attempts for middleware's own state.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
@@ -141,7 +141,18 @@ def _toolset(name: str) -> list[Any]:
             f"{type(exc).__name__}: {exc}",
             plugin=plugin,
         ) from exc
-    items = list(produced) if not isinstance(produced, Mapping | Tool) else [produced]
+    if isinstance(produced, Mapping | Tool) or callable(produced):
+        items = [produced]
+    elif isinstance(produced, Iterable) and not isinstance(produced, str | bytes):
+        items = list(produced)
+    else:
+        plugin = manager.owner("register_tool_providers", name) or name
+        raise PluginError(
+            f"toolset {name!r} of plugin {plugin!r}: its factory returned "
+            f"{type(produced).__name__} {produced!r:.60}; it must return a list of tools "
+            "(functions, Tool objects or tool dicts), empty when there are none",
+            plugin=plugin,
+        )
     for item in items:
         # Recorded on their tool-call nodes, so sinks can treat a toolset's results apart.
         if isinstance(item, Tool) and item.toolset is None:

@@ -15,6 +15,14 @@ replays a saved run. The pytest plugin installed with Groundswell provides
 the ``fake_anthropic``, ``fake_anthropic_server`` and ``fake_agents`` fixtures.
 """
 
+from ._checks import (
+    ProtocolViolation,
+    check_cache_backend,
+    check_counter,
+    check_engine,
+    check_middleware,
+    check_sink,
+)
 from ._fake import (
     FAKE_API_KEY,
     FakeAnthropicAPI,
@@ -47,11 +55,17 @@ __all__ = [
     "LoopbackServer",
     "MessagesRequest",
     "Mismatch",
+    "ProtocolViolation",
     "ReplayModel",
     "Reply",
     "SchemaModel",
     "ScriptedModel",
     "auto_client",
+    "check_cache_backend",
+    "check_counter",
+    "check_engine",
+    "check_middleware",
+    "check_sink",
     "error",
     "estimate_tokens",
     "json_reply",

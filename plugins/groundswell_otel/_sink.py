@@ -15,6 +15,7 @@ from opentelemetry.trace import NonRecordingSpan, Span, SpanKind, Status, Status
 
 import groundswell
 from groundswell import Event
+from groundswell.tracebacks import format_traceback
 
 from . import attributes as A
 
@@ -388,11 +389,12 @@ class OTelSink:
             error_type = str((error or {}).get("type") or "_OTHER")
             error_message = groundswell.scrub(str((error or {}).get("message") or ""))
             span.set_attribute(A.ERROR_TYPE, error_type)
-            span.add_event(
-                A.EXCEPTION_EVENT,
-                {A.EXCEPTION_TYPE: error_type, A.EXCEPTION_MESSAGE: error_message},
-                _ns(data.get("ended_at")),
-            )
+            exception = {A.EXCEPTION_TYPE: error_type, A.EXCEPTION_MESSAGE: error_message}
+            # Where it was raised, in the text form viewers show under "stacktrace".
+            stacktrace = format_traceback(error) if isinstance(error, dict) else None
+            if stacktrace is not None:
+                exception[A.EXCEPTION_STACKTRACE] = stacktrace
+            span.add_event(A.EXCEPTION_EVENT, exception, _ns(data.get("ended_at")))
             span.set_status(Status(StatusCode.ERROR, f"{error_type}: {error_message}"[:500]))
         elif status == "completed":
             span.set_status(Status(StatusCode.OK))

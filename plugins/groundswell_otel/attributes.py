@@ -56,6 +56,8 @@ ERROR_TYPE = "error.type"
 EXCEPTION_EVENT = "exception"
 EXCEPTION_TYPE = "exception.type"
 EXCEPTION_MESSAGE = "exception.message"
+# The traceback as Python prints it (frames, then "Type: message").
+EXCEPTION_STACKTRACE = "exception.stacktrace"
 
 # -- OpenInference (Arize Phoenix) -----------------------------------------------------
 OPENINFERENCE_SPAN_KIND = "openinference.span.kind"

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import pytest
-from groundswell_example_sink import TallySink, Timing, register_event_sinks
+from groundswell_example_sink import (
+    TallySink,
+    Timing,
+    register_agent_middleware,
+    register_event_sinks,
+)
 
 import groundswell
 from groundswell import Agent, workflow
-from groundswell.testing import FakeAnthropicAPI, text, tool_use
+from groundswell.testing import FakeAnthropicAPI, check_middleware, check_sink, text, tool_use
 
 
 async def test_tally_counts_finished_nodes() -> None:
@@ -34,10 +39,14 @@ async def test_tally_counts_finished_nodes() -> None:
     assert sink.counts == {"workflow:completed": 1, "step:completed": 2}
 
 
-def test_hook_returns_a_lazy_record() -> None:
-    record = register_event_sinks()
-    assert record.name == "tally"
-    assert isinstance(record.factory(), TallySink)
+async def test_hooks_return_lazy_records_whose_objects_keep_their_contracts() -> None:
+    sink_record, middleware_record = register_event_sinks(), register_agent_middleware()
+    assert (sink_record.name, middleware_record.name) == ("tally", "timing")
+    # Groundswell's protocol checkers make each object from its record, as the kernel
+    # does, and drive it through real runs; a broken rule raises ProtocolViolation (an
+    # AssertionError) listing every problem with its fix.
+    await check_sink(sink_record)
+    await check_middleware(middleware_record)
 
 
 def test_groundswell_finds_the_installed_entry_point() -> None:
