@@ -165,6 +165,7 @@ asyncio.run(main())
 """
 
 
+@pytest.mark.slow  # kills real processes mid-write, on both stores
 def test_a_killed_process_loses_at_most_the_last_bound(
     history_store: HistoryStore, tmp_path: Any
 ) -> None:

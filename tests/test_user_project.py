@@ -63,6 +63,7 @@ def _pytest(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(command, cwd=project, env=_env(), capture_output=True, text=True)
 
 
+@pytest.mark.slow  # runs the user's own pytest in a subprocess
 def test_the_users_suite_passes_on_a_recorded_run(project: Path, real_api: LoopbackServer) -> None:
     trace = _record(project, real_api)
     assert "sk-ant-recording" not in trace.read_text()
@@ -71,6 +72,7 @@ def test_the_users_suite_passes_on_a_recorded_run(project: Path, real_api: Loopb
     assert "7 passed" in done.stdout
 
 
+@pytest.mark.slow  # runs the user's own pytest in a subprocess
 def test_the_users_suite_passes_under_anyio(project: Path) -> None:
     done = _pytest(
         project,
@@ -84,6 +86,7 @@ def test_the_users_suite_passes_under_anyio(project: Path) -> None:
     assert "2 passed" in done.stdout
 
 
+@pytest.mark.slow  # runs the user's own pytest in a subprocess
 def test_a_replay_without_a_recording_says_how_to_make_one(project: Path) -> None:
     done = _pytest(project, "test_shop.py", "-k", "replays_offline")
     assert done.returncode == 1
