@@ -255,15 +255,14 @@ def _convert(
         return values
     try:
         checked = wf.validate_input(values)
-    except ConfigurationError as first:
+    except ConfigurationError:
         # `--arg name=42` for a `name: str`: the text as typed is what was meant.
         as_typed = values | {k: v for k, v in raw.items() if k in values}
         if as_typed == values:
             raise
-        try:
-            checked = wf.validate_input(as_typed)
-        except ConfigurationError:
-            raise first from None  # the error about the value as parsed says more
+        # Still wrong: report against the text as typed, so a `str` parameter that took
+        # it is not blamed alongside the argument that is really wrong.
+        checked = wf.validate_input(as_typed)
     return {name: checked[name] for name in values}
 
 

@@ -543,7 +543,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser(plugin_commands=command not in BUILTIN_COMMANDS)
     try:
         strict_plugins()  # a GROUNDSWELL_STRICT_PLUGINS that means neither on nor off: exit 2
-        args = parser.parse_args(words)
+        args, extra = parser.parse_known_args(words)
+        if extra and isinstance(getattr(args, "args", None), list) and hasattr(args, "target"):
+            # `run flows.py:wf --traceback a b`: workflow arguments after an option
+            # are still the workflow's (argparse stops the list at the first option).
+            if any(word.startswith("-") for word in extra):
+                args = parser.parse_args(words)  # an unknown option: argparse's own error
+            args.args.extend(extra)
+        elif extra:
+            args = parser.parse_args(words)
         return int(args.func(args))
     except KeyboardInterrupt:
         # Ctrl-C outside a run (which handles it itself): one line, no traceback.

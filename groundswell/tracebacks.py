@@ -27,12 +27,33 @@ MAX_FRAMES = 30
 MAX_CODE = 300
 
 
-def failure_record(exc: BaseException) -> dict[str, Any]:
-    """``exc`` as a failed node's ``error``: type, message and its traceback (never raises)."""
+#: How many exceptions of a chain (``raise ... from ...``) a failed node keeps.
+MAX_CHAIN = 3
+_CAUSE = "The above exception was the direct cause of the following exception:"
+_CONTEXT = "During handling of the above exception, another exception occurred:"
+
+
+def failure_record(exc: BaseException, _depth: int = 0) -> dict[str, Any]:
+    """``exc`` as a failed node's ``error``: type, message and its traceback (never raises).
+
+    An exception raised ``from`` another (or while handling one) keeps that one
+    too, under ``"cause"`` (with ``"context": true`` when it was only being
+    handled), up to `MAX_CHAIN` deep, so the root cause's line is not lost.
+    """
     record = error_record(exc)
     # A broken source loader or frame must not hide the failure itself.
     with contextlib.suppress(Exception):
         record.update(_traceback_fields(exc))
+        if exc.__traceback__ is not None and _depth + 1 < MAX_CHAIN:
+            below = exc.__cause__
+            context = below is None and not exc.__suppress_context__
+            if context:
+                below = exc.__context__
+            if below is not None and below is not exc:
+                cause = failure_record(below, _depth + 1)
+                if context:
+                    cause["context"] = True
+                record["cause"] = cause
     return record
 
 
@@ -70,14 +91,19 @@ _FRAME_FIELDS = (
 )
 
 
-def check_traceback(error: Mapping[str, Any]) -> None:
+def check_traceback(error: Mapping[str, Any], _where: str = "error") -> None:
     """``ValueError`` naming what is malformed in ``error``'s traceback fields, if anything."""
+    cause = error.get("cause")
+    if cause is not None:
+        if not isinstance(cause, dict) or _where.count(".cause") >= MAX_CHAIN:
+            raise ValueError(f"'{_where}.cause' should be an error object, got {cause!r:.40}")
+        check_traceback(cause, f"{_where}.cause")
     frames = error.get("traceback")
     if frames is not None:
         if not isinstance(frames, list):
-            raise ValueError(f"'error.traceback' should be a list, got {frames!r:.40}")
+            raise ValueError(f"'{_where}.traceback' should be a list, got {frames!r:.40}")
         for i, frame in enumerate(frames):
-            where = f"'error.traceback' frame {i}"
+            where = f"'{_where}.traceback' frame {i}"
             if not isinstance(frame, dict):
                 raise ValueError(f"{where} should be an object, got {frame!r:.40}")
             for key, kind, required in _FRAME_FIELDS:
@@ -91,7 +117,7 @@ def check_traceback(error: Mapping[str, Any]) -> None:
     if omitted is not None and (
         not isinstance(omitted, int) or isinstance(omitted, bool) or omitted < 0
     ):
-        raise ValueError(f"'error.traceback_omitted' should be a count, got {omitted!r:.40}")
+        raise ValueError(f"'{_where}.traceback_omitted' should be a count, got {omitted!r:.40}")
 
 
 def format_traceback(error: Mapping[str, Any]) -> str | None:
@@ -104,7 +130,13 @@ def format_traceback(error: Mapping[str, Any]) -> str | None:
     frames = error.get("traceback")
     if not isinstance(frames, list) or not frames:
         return None
-    lines = ["Traceback (most recent call last):"]
+    lines = []
+    cause = error.get("cause")
+    earlier = format_traceback(cause) if isinstance(cause, Mapping) else None
+    if earlier is not None:
+        assert isinstance(cause, Mapping)
+        lines += [earlier, "", _CONTEXT if cause.get("context") else _CAUSE, ""]
+    lines.append("Traceback (most recent call last):")
     omitted = error.get("traceback_omitted")
     if isinstance(omitted, int) and omitted > 0:
         lines.append(f"  ... {omitted} earlier frame{'s' if omitted != 1 else ''} left out")

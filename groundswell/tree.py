@@ -347,8 +347,12 @@ class EventTree:
                 yield Event("node_end", node, scrub_json(end_record(node)), run_id)
 
     def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write the tree as a JSONL event log that `load` replays (secrets scrubbed)."""
+        """Write the tree as a JSONL event log that `load` replays (secrets scrubbed).
+
+        Missing parent folders are created.
+        """
         target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
         with target.open("w", encoding="utf-8") as f:
             for event in self.events():
                 f.write(json.dumps(event.to_record(), separators=(",", ":")) + "\n")

@@ -150,7 +150,7 @@ def test_failed_run_exits_one_and_still_shows_the_tree(project: Path) -> None:
         (["run", "flows:missing"], "has no attribute 'missing'"),
         (["tree", "missing.jsonl"], "no such file"),
         (["tree", "."], "is a directory"),
-        (["run", "flows:greet", "x", "--save", "no/such/dir/t.jsonl"], "cannot save the trace"),
+        (["run", "flows:greet", "x", "--save", "flows.py/t.jsonl"], "cannot save the trace"),
     ],
 )
 def test_bad_input_is_one_clear_line(project: Path, args: list[str], message: str) -> None:
@@ -569,6 +569,11 @@ def test_run_takes_a_file_path_and_its_sibling_imports_work(
             ["shop.py:quote", "pear", "--arg", "qty=many"],
             "workflow 'quote': invalid input (qty: Input should be a valid integer",
         ),
+        (
+            # item=42 is fine for `item: str`; only the argument that is wrong is named.
+            ["shop.py:quote", "--arg", "item=42", "--arg", "qty=lots"],
+            "workflow 'quote': invalid input (qty: Input should be a valid integer",
+        ),
     ],
 )
 def test_wrong_targets_and_arguments_are_one_line_before_the_run(
@@ -592,6 +597,8 @@ def test_input_and_arg_pass_typed_keyword_arguments(shop: Path) -> None:
 
     # Positional words are text, converted to the annotation (qty: int).
     assert output("kiwi", "3") == {"item": "kiwi", "qty": 3, "price": 12, "tags": None}
+    # ... wherever they stand among the options.
+    assert output("kiwi", "--no-live", "3") == {"item": "kiwi", "qty": 3, "price": 12, "tags": None}
     assert output("--input", '{"item": "kiwi", "qty": 2, "tags": ["ripe"]}') == {
         "item": "kiwi",
         "qty": 2,

@@ -27,6 +27,7 @@ from groundswell.testing import (
     FakeAnthropicAPI,
     MessagesRequest,
     Reply,
+    error,
     json_reply,
     text,
     tool_calls,
@@ -334,3 +335,63 @@ async def test_a_tool_provider_returning_no_list_is_named(produced: object) -> N
             await Agent(name="a", tools=["odd_tools"]).prompt("q")
     finally:
         manager.unregister(name="odd-tools-plugin")
+
+
+# -- found by using it as a newcomer ----------------------------------------------------
+
+
+@use_fake(["decorated"])
+async def test_use_fake_decorates_an_async_test() -> None:
+    assert await calc.prompt("q") == "decorated"
+
+
+def test_override_decorates_a_sync_function() -> None:
+    fake = FakeAnthropicAPI(["sync"])
+
+    @calc.override(client=fake.client())
+    def ask() -> str:
+        return asyncio.run(calc.prompt("q"))
+
+    assert ask() == "sync" and ask.__name__ == "ask"
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: use_fake(FakeAnthropicAPI().client()), "not use_fake\\(fake.client\\(\\)\\)"),
+        (lambda: use_fake("Hello"), "write use_fake\\(\\['Hello'\\]\\)"),
+        (lambda: tool_use("add", "a=1"), "takes the tool's input as a dict"),  # type: ignore[arg-type]
+        (lambda: tool_calls(("add",)), "each call is a \\(tool name, input dict\\) pair"),  # type: ignore[arg-type]
+        (lambda: json_reply({1, 2}), "json_reply\\(\\) needs a JSON value"),
+        (lambda: error(999), "from 400 to 599"),
+    ],
+)
+def test_testing_helpers_refuse_misuse_clearly(build: object, message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        build()  # type: ignore[operator]
+
+
+async def test_replay_tells_agents_asking_the_same_apart_by_system_prompt(tmp_path: Path) -> None:
+    terse = Agent(name="terse", system="Be terse.")
+    chatty = Agent(name="chatty", system="Be chatty.")
+
+    def by_system(request: MessagesRequest) -> str:
+        return "ok" if request.system == "Be terse." else "Well, hello there!"
+
+    with use_fake(by_system):
+        first = await terse.run("hi")
+        second = await chatty.run("hi")
+    first.tree.save(tmp_path / "a.jsonl")
+    second.tree.save(tmp_path / "b.jsonl")
+    fake = FakeAnthropicAPI.from_trace(tmp_path)
+    with use_fake(fake):  # asked in the other order than recorded
+        assert await chatty.prompt("hi") == "Well, hello there!"
+        assert await terse.prompt("hi") == "ok"
+    assert fake.mismatches == []
+
+
+def test_tree_save_makes_missing_folders(tmp_path: Path) -> None:
+    with use_fake(["x"]):
+        result = asyncio.run(calc.run("q"))
+    path = result.tree.save(tmp_path / "new" / "deeper" / "run.jsonl")
+    assert FakeAnthropicAPI.from_trace(path).remaining == 1

@@ -3,6 +3,7 @@ scrubbed in the tree, its saved traces and OpenTelemetry spans, and printed by t
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -145,8 +146,10 @@ def test_a_nested_run_prints_only_where_it_started_and_a_new_error_prints_too(
     heads = [ln for ln in wrapped.stdout.splitlines() if ln.startswith("✗ ") and "/" in ln]
     assert heads == ["✗ step wrapped/parse"]
     # A different error from the one below: the workflow's own traceback is printed too.
-    own = wrapped.stdout.split("\n✗ workflow wrapped\n", 1)[1].split("\n\n", 1)[0]
-    assert own.splitlines()[-3:] == [
+    own = wrapped.stdout.split("\n✗ workflow wrapped\n", 1)[1].split("\n✗ ", 1)[0]
+    # Raised while handling the step's error: that one is shown first, as Python does.
+    assert "During handling of the above exception, another exception occurred:" in own
+    assert own.strip().splitlines()[-3:] == [
         f'  File "{shop / "shop.py"}", line {WRAPPED_LINE}, in wrapped',
         '    raise RuntimeError("no quote today")',
         "RuntimeError: no quote today",
@@ -323,3 +326,28 @@ def test_the_live_view_cuts_wide_lines_with_an_ellipsis() -> None:
     out.seek(0)
     console.print(rich_tree(tree))  # printed, a line is never cut
     assert out.getvalue().rstrip("\n") == tree.render()
+
+
+def test_a_chained_error_keeps_its_root_cause(tmp_path: Path) -> None:
+    def parse(text: str) -> int:
+        try:
+            return int(text)
+        except ValueError as exc:
+            raise RuntimeError("could not read the order") from exc
+
+    @workflow
+    async def order(ctx: WorkflowContext, text: str) -> int:
+        return await ctx.step("parse", lambda: parse(text))
+
+    with pytest.raises(groundswell.WorkflowError) as caught:
+        asyncio.run(order.run("abc"))
+    result = caught.value.result
+    assert result is not None
+    step = result.tree.find(name="parse")[0]
+    cause = step.error["cause"]
+    assert cause["type"] == "ValueError" and cause["traceback"][-1]["code"] == "return int(text)"
+    loaded = EventTree.load(result.tree.save(tmp_path / "t.jsonl")).find(name="parse")[0]
+    printed = format_traceback(loaded.error)
+    assert printed is not None
+    assert printed.index("ValueError: invalid literal") < printed.index("direct cause")
+    assert printed.rstrip().endswith("RuntimeError: could not read the order")

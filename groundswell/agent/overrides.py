@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import inspect
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from ..errors import ConfigurationError
 from ..prompt import NO_OVERRIDES, PromptOverrides
@@ -33,7 +34,14 @@ if TYPE_CHECKING:
 
     from .core import Agent
 
-__all__ = ["Forced", "check_client", "forced_for", "override_agent", "override_agents"]
+__all__ = [
+    "Forced",
+    "Scope",
+    "check_client",
+    "forced_for",
+    "override_agent",
+    "override_agents",
+]
 
 
 @dataclass(frozen=True)
@@ -106,42 +114,97 @@ def check(owner: str, client: Any, settings: dict[str, Any]) -> Forced:
     return Forced(client, PromptOverrides(**settings))
 
 
-@contextlib.contextmanager
-def override_agent(agent: Agent, forced: Forced) -> Iterator[Agent]:
-    """Force ``forced`` on ``agent`` in the current context until the block ends."""
-    current = _AGENTS.get() or {}
-    previous = current.get(id(agent))
-    token = _AGENTS.set(
-        {**current, id(agent): forced if previous is None else previous.then(forced)}
-    )
-    try:
-        yield agent
-    finally:
-        _AGENTS.reset(token)
+T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
 
 
-@contextlib.contextmanager
-def override_agents(
-    client: anthropic.AsyncAnthropic | None = None, **settings: Any
-) -> Iterator[None]:
-    """Put every agent in the process on ``client`` (and ``settings``) until the block ends.
+class Scope(contextlib.AbstractContextManager[T]):
+    """A ``with`` block that can also decorate a function, sync or async.
+
+    As a decorator the function (for an ``async def``, its whole coroutine)
+    runs inside a fresh block on every call, so ``@use_fake(...)`` on an
+    async test does what it says. Each ``with`` opens a fresh block too, so
+    one scope can be entered again and nested.
+    """
+
+    def __init__(self, make: Callable[[], contextlib.AbstractContextManager[T]]) -> None:
+        self._make = make
+        self._open: list[contextlib.AbstractContextManager[T]] = []
+
+    def __enter__(self) -> T:
+        block = self._make()
+        value = block.__enter__()
+        self._open.append(block)
+        return value
+
+    def __exit__(self, *exc: Any) -> bool | None:
+        return self._open.pop().__exit__(*exc)
+
+    def __call__(self, fn: F) -> F:
+        if inspect.iscoroutinefunction(fn):
+
+            @functools.wraps(fn)
+            async def run_async(*args: Any, **kwargs: Any) -> Any:
+                with self._make():
+                    return await fn(*args, **kwargs)
+
+            return cast(F, run_async)
+        if not callable(fn):
+            raise ConfigurationError(
+                f"this override decorates functions; got {type(fn).__name__}. "
+                "Use it as `with ...:` around the code instead"
+            )
+
+        @functools.wraps(fn)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            with self._make():
+                return fn(*args, **kwargs)
+
+        return cast(F, run)
+
+
+def override_agent(agent: Agent, forced: Forced) -> Scope[Agent]:
+    """Force ``forced`` on ``agent`` in the current context while the block runs."""
+
+    @contextlib.contextmanager
+    def block() -> Iterator[Agent]:
+        current = _AGENTS.get() or {}
+        previous = current.get(id(agent))
+        token = _AGENTS.set(
+            {**current, id(agent): forced if previous is None else previous.then(forced)}
+        )
+        try:
+            yield agent
+        finally:
+            _AGENTS.reset(token)
+
+    return Scope(block)
+
+
+def override_agents(client: anthropic.AsyncAnthropic | None = None, **settings: Any) -> Scope[None]:
+    """Put every agent in the process on ``client`` (and ``settings``) while the block runs.
 
     Blocks nest: the innermost wins, field by field. An agent's own
     ``agent.override(...)`` still wins over this.
     """
     forced = check("override_agents", client, settings)
-    with _EVERY_LOCK:
-        effective = _EVERY[-1].then(forced) if _EVERY else forced
-        _EVERY.append(effective)
-    try:
-        yield
-    finally:
+
+    @contextlib.contextmanager
+    def block() -> Iterator[None]:
         with _EVERY_LOCK:
-            # Blocks may end out of order (two tests' fixtures interleaved): remove this one.
-            for index in range(len(_EVERY) - 1, -1, -1):
-                if _EVERY[index] is effective:
-                    del _EVERY[index]
-                    break
+            effective = _EVERY[-1].then(forced) if _EVERY else forced
+            _EVERY.append(effective)
+        try:
+            yield
+        finally:
+            with _EVERY_LOCK:
+                # Blocks may end out of order (two tests' fixtures interleaved): remove this one.
+                for index in range(len(_EVERY) - 1, -1, -1):
+                    if _EVERY[index] is effective:
+                        del _EVERY[index]
+                        break
+
+    return Scope(block)
 
 
 def check_client(client: Any, owner: str) -> None:

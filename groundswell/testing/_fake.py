@@ -38,6 +38,7 @@ from ._replies import (
 )
 
 if TYPE_CHECKING:
+    from ..agent.overrides import Scope
     from ..tree import EventTree
 
 __all__ = ["FakeAnthropicAPI", "LoopbackServer", "auto_client", "use_fake"]
@@ -319,7 +320,6 @@ class FakeAnthropicAPI:
         return LoopbackServer(self, host, port)
 
 
-@contextlib.contextmanager
 def use_fake(
     fake: FakeAnthropicAPI
     | FakeModel
@@ -327,26 +327,43 @@ def use_fake(
     | Callable[[MessagesRequest], Answer | str]
     | None = None,
     **settings: Any,
-) -> Iterator[FakeAnthropicAPI]:
-    """Put every agent in the process on a fake API until the block ends; yields the fake.
+) -> Scope[FakeAnthropicAPI]:
+    """Put every agent in the process on a fake API while the block runs; yields the fake.
 
     ``fake`` is a `FakeAnthropicAPI` or anything its constructor takes (a
     script, a function, nothing for the schema-aware model). Agents defined
     anywhere (module-level ones included, in any task or thread) send their
     requests to it, whatever client they were built with; ``settings``
     (``model=...`` and the like) are forced on them too. An agent's own
-    ``agent.override(...)`` still wins. The ``fake_agents`` pytest fixture
-    does this for one test::
+    ``agent.override(...)`` still wins. It also decorates a test function,
+    sync or async. The ``fake_agents`` pytest fixture does this for one test::
 
         with use_fake([text("Hello!")]) as fake:
             assert await greeter.prompt("Hi") == "Hello!"
         assert fake.requests[0].last_user_text() == "Hi"
     """
-    from ..agent.overrides import override_agents
+    from ..agent.overrides import Scope, override_agents
 
+    if isinstance(fake, anthropic.AsyncAnthropic):
+        raise ConfigurationError(
+            "use_fake() takes the FakeAnthropicAPI itself (or a script), not a client: "
+            "use_fake(fake), not use_fake(fake.client()); to put agents on any client, "
+            "use agent.override(client=...)"
+        )
+    if isinstance(fake, str | Reply | ErrorReply):
+        raise ConfigurationError(
+            f"use_fake() takes a script as a list of replies; got a single "
+            f"{type(fake).__name__}: write use_fake([{fake!r:.40}])"
+        )
     api = fake if isinstance(fake, FakeAnthropicAPI) else FakeAnthropicAPI(fake)
-    with override_agents(api.client(), **settings):
-        yield api
+    every = override_agents(api.client(), **settings)
+
+    @contextlib.contextmanager
+    def block() -> Iterator[FakeAnthropicAPI]:
+        with every:
+            yield api
+
+    return Scope(block)
 
 
 def auto_client(

@@ -147,7 +147,10 @@ class ReplayModel:
                 )
                 reply.headers["x-should-retry"] = "false"
                 return reply
-            conversation = (same or waiting)[0]
+            # Agents asked the same thing tell apart by their system prompts.
+            now = _text(request.system)
+            best = [c for c in same if c.system is None or _text(c.system) == now]
+            conversation = (best or same or waiting)[0]
             conversation.next_turn += 1
             recorded_turn = conversation.turns[turn]
             differences = _differences(conversation, turn, request)
@@ -256,7 +259,7 @@ def _differences(conversation: Conversation, turn: int, request: MessagesRequest
             f"stop_sequences: recorded {recorded.get('stop_sequences')}, "
             f"now {body.get('stop_sequences')}"
         )
-    if conversation.system is not None and conversation.system != request.system:
+    if conversation.system is not None and _text(conversation.system) != _text(request.system):
         found.append(
             _text_change("system prompt", _text(conversation.system), _text(request.system))
         )

@@ -139,13 +139,25 @@ def text(
 
 def json_reply(value: Any) -> Reply:
     """A reply whose text is ``value`` as JSON (what structured output returns)."""
-    return text(json.dumps(value))
+    try:
+        return text(json.dumps(value))
+    except (TypeError, ValueError) as exc:
+        raise ConfigurationError(
+            f"groundswell.testing: json_reply() needs a JSON value (dict, list, str, number, "
+            f"bool or None), got {type(value).__name__} {value!r:.60}: {exc}; for a pydantic "
+            "model pass model.model_dump(mode='json')"
+        ) from None
 
 
 def tool_use(
     name: str, input: dict[str, Any], *, id: str | None = None, text: str | None = None
 ) -> Reply:
     """A reply asking for one tool call (optionally after some text)."""
+    if not isinstance(input, dict):
+        raise ConfigurationError(
+            f"groundswell.testing: tool_use({name!r}, ...) takes the tool's input as a dict "
+            f"of arguments, e.g. tool_use('add', {{'a': 1, 'b': 2}}); got {input!r:.60}"
+        )
     return tool_calls((name, input), text=text, ids=[id] if id else None)
 
 
@@ -154,7 +166,18 @@ def tool_calls(
 ) -> Reply:
     """A reply asking for several tool calls at once (the model's parallel tool use)."""
     content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
-    for i, (name, args) in enumerate(calls):
+    for i, call in enumerate(calls):
+        if not (
+            isinstance(call, tuple)
+            and len(call) == 2
+            and isinstance(call[0], str)
+            and isinstance(call[1], dict)
+        ):
+            raise ConfigurationError(
+                f"groundswell.testing: tool call {i} is {call!r:.60}; each call is a "
+                "(tool name, input dict) pair, e.g. tool_calls(('add', {'a': 1, 'b': 2}))"
+            )
+        name, args = call
         call_id = ids[i] if ids and i < len(ids) else new_id("toolu")
         content.append({"type": "tool_use", "id": call_id, "name": name, "input": args})
     return Reply(content, stop_reason="tool_use")
@@ -168,6 +191,11 @@ def error(
     retry_after: float | None = None,
 ) -> ErrorReply:
     """An error answer. ``retry_after`` (seconds) sets ``retry-after`` and ``retry-after-ms``."""
+    if not isinstance(status, int) or not 400 <= status <= 599:
+        raise ConfigurationError(
+            f"groundswell.testing: error() takes an HTTP error status from 400 to 599 "
+            f"(the API's own: {', '.join(map(str, ERROR_TYPES))}), got {status!r}"
+        )
     kind = type or ERROR_TYPES.get(status, "api_error")
     headers: dict[str, str] = {}
     if retry_after is not None:
