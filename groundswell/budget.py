@@ -31,8 +31,11 @@ from .errors import ConfigurationError
 from .tokens import COUNTER_ENV, Counter, known_counter
 
 __all__ = [
+    "ESSENTIAL",
+    "PLAIN",
     "STRATEGIES",
     "SUMMARIZER_SYSTEM",
+    "WORDS",
     "TokenBudget",
     "Turn",
     "breakdown",
@@ -233,26 +236,40 @@ def check_budget(value: Any, owner: str) -> TokenBudget | None:
 # -- the conversation as turns -----------------------------------------------------------
 
 
+#: How much ``prune_oldest`` wants to keep a turn, lowest pruned first: a plain turn
+#: (tool calls and their results), one where the model said something in words, and
+#: one with a failed tool call or an instruction given mid-run (feedback, a hook's
+#: reason to go on), which the rest of the run depends on most.
+PLAIN, WORDS, ESSENTIAL = 0, 1, 2
+
+
 @dataclass(eq=False)
 class Turn:
     """Messages ``start..end`` (exclusive) of a conversation: one assistant message and the
-    user messages after it. Removing whole turns keeps tool_use/tool_result pairs together."""
+    user messages after it. Removing whole turns keeps tool_use/tool_result pairs together.
+    ``rank`` is ``PLAIN``, ``WORDS`` or ``ESSENTIAL`` (see `prune_oldest`)."""
 
     start: int
     end: int
     tokens: int
-    critical: bool = False
+    rank: int = PLAIN
     kinds: list[str] = field(default_factory=list)
+
+    @property
+    def critical(self) -> bool:
+        """True when ``prune_oldest`` keeps the turn before plain ones (any rank above plain)."""
+        return self.rank > PLAIN
 
 
 def split_turns(
     messages: Sequence[Mapping[str, Any]],
     sizes: Sequence[int],
-    memo: dict[int, tuple[Mapping[str, Any], list[str], bool]] | None = None,
+    # The last item is the message's rank (an int; Any keeps older memo annotations valid).
+    memo: dict[int, tuple[Mapping[str, Any], list[str], Any]] | None = None,
 ) -> tuple[int, list[Turn]]:
     """``(head, turns)``: the head is the instruction (the messages before the first
     assistant message); each turn starts at an assistant message. ``memo`` keeps
-    each message's description between calls."""
+    each message's description (its kinds and rank) between calls."""
     head = 0
     while head < len(messages) and messages[head].get("role") != "assistant":
         head += 1
@@ -275,7 +292,7 @@ def split_turns(
             if memo is not None:
                 memo[id(message)] = known
         turn.kinds.extend(known[1])
-        turn.critical = turn.critical or known[2]
+        turn.rank = max(turn.rank, known[2])
     return head, turns
 
 
@@ -287,12 +304,13 @@ def _blocks(message: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return [b for b in content or () if isinstance(b, Mapping)]
 
 
-def _describe(message: Mapping[str, Any]) -> tuple[list[str], bool]:
-    """What a message holds (for the budget node), and whether prune_oldest should keep
-    its turn: a failed tool call, or the model stating something in words (a decision
-    or a plan)."""
+def _describe(message: Mapping[str, Any]) -> tuple[list[str], int]:
+    """What a message holds (for the budget node), and how much prune_oldest wants to
+    keep its turn: ``ESSENTIAL`` for a failed tool call or a user's words inside a turn
+    (feedback, a hook's reason to go on), ``WORDS`` for the model's own words, else
+    ``PLAIN``."""
     kinds: list[str] = []
-    critical = False
+    rank = PLAIN
     role = message.get("role")
     for block in _blocks(message):
         kind = block.get("type")
@@ -301,14 +319,15 @@ def _describe(message: Mapping[str, Any]) -> tuple[list[str], bool]:
         elif kind == "tool_result":
             failed = bool(block.get("is_error"))
             kinds.append("tool_result:error" if failed else "tool_result")
-            critical = critical or failed
+            if failed:
+                rank = ESSENTIAL
         elif kind == "text":
             kinds.append(f"{role}_text")
-            if role == "assistant" and str(block.get("text", "")).strip():
-                critical = True
+            if str(block.get("text", "")).strip():
+                rank = max(rank, WORDS if role == "assistant" else ESSENTIAL)
         else:
             kinds.append(str(kind))
-    return kinds, critical
+    return kinds, rank
 
 
 def breakdown(
@@ -353,16 +372,18 @@ def sliding_window(turns: Sequence[Turn], room: int) -> list[Turn]:
 
 
 def prune_oldest(turns: Sequence[Turn], room: int, keep_last: int) -> list[Turn]:
-    """Drop the oldest turns until the rest fit in ``room``: first those that are not
-    critical, then critical ones; the last ``keep_last`` turns are never dropped here."""
-    protected = set(range(max(0, len(turns) - keep_last), len(turns)))
+    """Drop the oldest turns until the rest fit in ``room``, by rank: first plain turns,
+    then turns where the model only said something in words, and only then turns with a
+    failed tool call or an instruction given mid-run; oldest first within a rank. The
+    last ``keep_last`` turns are never dropped here."""
+    protected = len(turns) - keep_last  # turns from this index on are kept
     alive = [True] * len(turns)  # by position: turns compare by identity
     used = sum(t.tokens for t in turns)
-    for wanted_critical in (False, True):
+    for rank in (PLAIN, WORDS, ESSENTIAL):
         for i, turn in enumerate(turns):
-            if used <= room:
+            if used <= room or i >= protected:
                 break
-            if i in protected or turn.critical != wanted_critical:
+            if turn.rank != rank:
                 continue
             alive[i] = False
             used -= turn.tokens

@@ -42,17 +42,33 @@ class WorkflowCall:
     (mounting under the current node, statuses, reflection); an engine calls it
     from inside whatever durable context it sets up. ``run_id`` makes the run's
     workflow node take that id (an engine's own run id, so a recovered run keeps
-    the same id).
+    the same id). ``workflow_id`` is the id the caller chose for the run
+    (`Workflow.run_with_id`), else ``None``: an engine runs the call under it
+    idempotently, or refuses it with `ConfigurationError`.
     """
 
-    __slots__ = ("args", "kwargs", "outcome", "workflow")
+    __slots__ = ("args", "kwargs", "outcome", "workflow", "workflow_id")
 
     def __init__(
-        self, workflow: Workflow[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+        self,
+        workflow: Workflow[Any, Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        *,
+        workflow_id: str | None = None,
     ) -> None:
         self.workflow = workflow
         self.args = args
         self.kwargs = kwargs
+        if workflow_id is not None and (
+            not isinstance(workflow_id, str) or not workflow_id.strip() or "/" in workflow_id
+        ):
+            raise ConfigurationError(
+                f"workflow {workflow.name!r}: a run's id must be a non-empty string without '/' "
+                f"(e.g. 'order-1234'), got {workflow_id!r:.60}"
+            )
+        #: The id the caller chose for this run (`Workflow.run_with_id`), or ``None``.
+        self.workflow_id = workflow_id
         #: What ``run_here`` produced in this process: a `WorkflowResult`, or the
         #: `WorkflowError` it raised; ``None`` if it never ran here.
         self.outcome: WorkflowResult[Any] | BaseException | None = None
@@ -90,7 +106,12 @@ class ExecutionEngine(Protocol):
 
     async def run_workflow(self, call: WorkflowCall) -> WorkflowResult[Any]:
         """Run ``call`` and return the `WorkflowResult` ``await call.run_here()`` gave (usually
-        inside a durable context); its `WorkflowError` propagates."""
+        inside a durable context); its `WorkflowError` propagates.
+
+        When ``call.workflow_id`` is set (`Workflow.run_with_id`), run it under that
+        id, once: a call with an id already used returns that run's recorded result
+        (or raises its recorded error) without running anything. An engine that
+        cannot raises `ConfigurationError`."""
         ...
 
     async def run_step(
@@ -114,6 +135,14 @@ class LocalEngine:
     """The in-process engine: runs workflows and steps right here, at the cost of a call."""
 
     async def run_workflow(self, call: WorkflowCall) -> WorkflowResult[Any]:
+        if call.workflow_id is not None:
+            # Refused, not ignored: a retried request would silently run everything again.
+            raise ConfigurationError(
+                f"workflow {call.workflow.name!r}: run_with_id({call.workflow_id!r}, ...) needs a "
+                "durable workflow (durable=True), which records the run under that id so that "
+                "running it again returns the recorded result; a local run records nothing. "
+                "Use run(...) for a local run"
+            )
         return await call.run_here()
 
     def run_step(

@@ -1,9 +1,13 @@
-"""Local MCP servers (stdio or in-process) as tools, through the ``mcp`` client.
+"""Local MCP servers (stdio or in-process) as tools, and remote ones for the API's MCP connector.
 
-`MCPBridge` connects an agent's servers for one prompt and exposes each of
-their tools as a `groundswell.tools.ToolHandler` named
-``mcp__<server>__<tool>``; remote servers (``{"type": "url", ...}``) are kept
-aside for the API's MCP connector. `check_mcps` validates ``mcps=`` when an
+`MCPBridge` connects an agent's local servers for one prompt (or takes them
+from an `groundswell.mcp_session.MCPSession`, which keeps them running across
+prompts) and exposes each of their tools as a `groundswell.tools.ToolHandler`
+named ``mcp__<server>__<tool>``. Every server start is an ``mcp_connect`` node;
+a stdio server's stderr goes to that node and to the ``groundswell.mcp``
+logger, never to the terminal. Remote servers (``{"type": "url", ...}``) are
+kept aside for the API's MCP connector: `remote_request` gives the request
+fields the MCP-client beta takes. `check_mcps` validates ``mcps=`` when an
 agent or prompt is built, and `register_mcp_secrets` keeps their tokens and
 env values out of every output.
 """
@@ -11,24 +15,50 @@ env values out of every output.
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
+import contextvars
 import hashlib
 import json
+import logging
+import os
 import re
+import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from contextlib import AsyncExitStack
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TextIO
 
-from ._serialize import register_secret
+from ._serialize import register_secret, scrub
 from .errors import ConfigurationError, ToolError
+from .run_context import current_frame
 from .settings_check import check_api_item
 from .tools import ToolContext, ToolFailed
-from .tree import NodeType
+from .tree import EventNode, EventTree, NodeStatus, NodeType
 
-__all__ = ["CONNECT_TIMEOUT", "MCPBridge", "call_mcp_tool", "check_mcps", "register_mcp_secrets"]
+__all__ = [
+    "CONNECT_TIMEOUT",
+    "LEGACY_MCP_CLIENT_BETA",
+    "MCP_CLIENT_BETA",
+    "LocalServer",
+    "MCPBridge",
+    "MCPConnection",
+    "call_mcp_tool",
+    "check_mcps",
+    "register_mcp_secrets",
+    "remote_request",
+]
+
+logger = logging.getLogger("groundswell.mcp")
 
 # Seconds a local MCP server gets to start and list its tools (config key "timeout").
 CONNECT_TIMEOUT = 30.0
+#: The MCP-client beta remote servers are sent with (``mcp_servers`` plus an
+#: ``mcp_toolset`` entry in ``tools`` for each), unless ``betas`` names another.
+MCP_CLIENT_BETA = "mcp-client-2025-11-20"
+#: The first MCP-client beta: no ``mcp_toolset``; ``tool_configuration`` on the server.
+LEGACY_MCP_CLIENT_BETA = "mcp-client-2025-04-04"
+# Lines of a server's stderr kept for its mcp_connect node and its start-up errors.
+_STDERR_LINES = 20
 
 
 @dataclass
@@ -58,24 +88,203 @@ class _MCPTool:
         return text
 
 
-class MCPBridge:
-    """Connects an agent's local MCP servers for one prompt and exposes their tools."""
+@dataclass(frozen=True)
+class LocalServer:
+    """A local MCP server of a prompt: its name, what to connect to, and its start-up time limit.
 
-    def __init__(self, mcps: Sequence[Any], env: Mapping[str, str]) -> None:
-        self.local: list[tuple[str, Any]] = []
+    ``key`` tells configs apart: a session runs one server per key, whatever
+    name a prompt gives it.
+    """
+
+    name: str
+    target: Any  # an MCPServer, or mcp's StdioServerParameters
+    timeout: float
+    key: tuple[Any, ...]
+
+    @property
+    def transport(self) -> str:
+        return "stdio" if self.key[0] == "stdio" else "in_process"
+
+
+class _Stderr:
+    """A stdio server's stderr: a pipe read by a thread, into the log and a short tail."""
+
+    def __init__(self, server: str) -> None:
+        self.server = server
+        self.lines: collections.deque[str] = collections.deque(maxlen=_STDERR_LINES)
+        read_end, write_end = os.pipe()
+        #: What the subprocess gets as its stderr.
+        self.file: TextIO = os.fdopen(write_end, "w")
+        self._thread = threading.Thread(
+            target=self._read, args=(read_end,), name=f"mcp-stderr-{server}", daemon=True
+        )
+        self._thread.start()
+
+    def _read(self, fd: int) -> None:
+        with os.fdopen(fd, "rb") as pipe:
+            for raw in pipe:
+                line = scrub(raw.decode("utf-8", errors="replace").rstrip())
+                if line:
+                    self.lines.append(line)
+                    logger.info("MCP server %r: %s", self.server, line)
+
+    def release(self) -> None:
+        """Close this process's copy of the pipe (once the subprocess holds its own)."""
+        if not self.file.closed:
+            self.file.close()
+
+    async def drain(self, timeout: float = 1.0) -> None:
+        """Wait (a little) until the server's last lines are read: it has exited."""
+        self.release()
+        await asyncio.to_thread(self._thread.join, timeout)
+
+
+class MCPConnection:
+    """One local MCP server, connected by a task of its own and kept until `close`.
+
+    Its own task (in an empty context) owns the ``mcp`` client, so that any
+    prompt's task may use it and another may close it. `wait` gives the
+    client and its tool listing, or raises `ToolError` saying why the server
+    did not start.
+    """
+
+    def __init__(self, server: LocalServer) -> None:
+        self.server = server
+        loop = asyncio.get_running_loop()
+        self._ready: asyncio.Future[tuple[Any, Any]] = loop.create_future()
+        # Read even when nobody waits (a cancelled prompt): never "exception never retrieved".
+        self._ready.add_done_callback(lambda f: f.cancelled() or f.exception())
+        self._closing = asyncio.Event()
+        self._stderr = _Stderr(server.name) if server.transport == "stdio" else None
+        self._task = loop.create_task(self._serve(), context=contextvars.Context())
+
+    @property
+    def stderr(self) -> list[str]:
+        """The last lines the server wrote to its stderr (empty for an in-process server)."""
+        return list(self._stderr.lines) if self._stderr is not None else []
+
+    @property
+    def alive(self) -> bool:
+        """False once the server failed to start, stopped, or was closed."""
+        if self._task.done() or self._closing.is_set():
+            return False
+        ready = self._ready
+        return not ready.done() or (not ready.cancelled() and ready.exception() is None)
+
+    async def _serve(self) -> None:
+        from mcp import Client
+
+        server, errlog = self.server, self._stderr
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                try:
+                    # A server that never answers must not hang the prompt forever.
+                    async with asyncio.timeout(server.timeout):
+                        if errlog is not None:
+                            from mcp.client.stdio import stdio_client
+
+                            target: Any = stdio_client(server.target, errlog=errlog.file)
+                        else:
+                            target = server.target
+                        client = await stack.enter_async_context(Client(target))
+                        if errlog is not None:
+                            errlog.release()
+                        listed = await client.list_tools()
+                except asyncio.CancelledError:
+                    raise
+                except BaseException as exc:
+                    with contextlib.suppress(Exception):  # the start's error is the one to tell
+                        await stack.aclose()  # the process is gone: its last words are readable
+                    if errlog is not None:
+                        await errlog.drain()
+                    self._ready.set_exception(self._start_error(exc))
+                    return
+                self._ready.set_result((client, listed))
+                await self._closing.wait()
+        except asyncio.CancelledError:
+            if not self._ready.done():
+                self._ready.cancel()
+            raise
+        except Exception as exc:  # the server stopped or broke while in use
+            logger.warning(
+                "MCP server %r stopped: %s: %s", server.name, type(_leaf(exc)).__name__, _leaf(exc)
+            )
+        finally:
+            if errlog is not None:
+                errlog.release()
+
+    def _start_error(self, exc: BaseException) -> ToolError:
+        server, cause = self.server, _leaf(exc)
+        if isinstance(cause, TimeoutError):
+            message = f"MCP server {server.name!r} did not answer within {server.timeout}s"
+        else:
+            message = f"MCP server {server.name!r} failed to start: {type(cause).__name__}: {cause}"
+        if self.stderr:
+            message += "; its stderr ended with:\n" + "\n".join(self.stderr[-5:])
+        error = ToolError(message)
+        error.__cause__ = exc
+        return error
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> Any:
+        """Call a tool of the server; a server found stopped is closed, for a later start."""
+        client, _ = self._ready.result()
+        try:
+            return await client.call_tool(name, arguments)
+        except Exception as exc:
+            if not _connection_lost(exc):
+                raise
+            self._closing.set()  # not alive: a session starts the server again next time
+            if self._stderr is not None:
+                await self._stderr.drain(0.2)
+            message = f"MCP server {self.server.name!r} has stopped ({type(exc).__name__}: {exc})"
+            if self.stderr:
+                message += "; its stderr ended with:\n" + "\n".join(self.stderr[-5:])
+            raise ToolFailed(message) from exc
+
+    async def wait(self) -> tuple[Any, Any]:
+        """The connected client and its tool listing (raises `ToolError` if it did not start)."""
+        # Shielded: a prompt that stops waiting does not stop a start others may share.
+        return await asyncio.shield(self._ready)
+
+    async def close(self) -> None:
+        """Stop the server (a stdio one exits) and wait until it has."""
+        self._closing.set()
+        if not self._ready.done():
+            self._task.cancel()
+        try:
+            await asyncio.shield(self._task)
+        except asyncio.CancelledError:
+            if not self._task.done():  # the caller itself was cancelled
+                raise
+        except Exception as exc:
+            logger.warning("MCP server %r did not close cleanly: %s", self.server.name, exc)
+
+
+class MCPBridge:
+    """Connects a prompt's local MCP servers and exposes their tools; keeps remote ones aside.
+
+    With a ``session`` (an `groundswell.mcp_session.MCPSession`), servers come
+    from it (started on first use, kept until it closes); otherwise they are
+    started here and stopped when the bridge exits.
+    """
+
+    def __init__(self, mcps: Sequence[Any], env: Mapping[str, str], session: Any = None) -> None:
+        self.local: list[LocalServer] = []
         self.remote: list[dict[str, Any]] = []
-        self.timeouts: dict[str, float] = {}
         for item in mcps:
             self._add(item, env)
         self.tools: list[_MCPTool] = []
-        self._stack = AsyncExitStack()
+        self.session = session
+        self._owned: list[MCPConnection] = []
 
     def _add(self, item: Any, env: Mapping[str, str]) -> None:
         from mcp import StdioServerParameters
         from mcp.server.mcpserver import MCPServer
 
         if isinstance(item, MCPServer):
-            self.local.append((_server_name(item.name), item))
+            self.local.append(
+                LocalServer(_server_name(item.name), item, CONNECT_TIMEOUT, ("in_process", item))
+            )
             return
         if not isinstance(item, Mapping):
             raise ConfigurationError(
@@ -101,8 +310,9 @@ class MCPBridge:
                 env={**env, **(item.get("env") or {})} or None,
                 cwd=item.get("cwd"),
             )
-            self.local.append((_server_name(name), params))
-            self.timeouts[_server_name(name)] = float(item.get("timeout", CONNECT_TIMEOUT))
+            timeout = float(item.get("timeout", CONNECT_TIMEOUT))
+            key = ("stdio", params.model_dump_json())
+            self.local.append(LocalServer(_server_name(name), params, timeout, key))
         elif kind == "url":
             if not item.get("url"):
                 raise ConfigurationError(f"remote MCP server {name!r} needs a 'url'")
@@ -118,43 +328,122 @@ class MCPBridge:
             )
 
     async def __aenter__(self) -> MCPBridge:
-        from mcp import Client
-
+        session = self.session if self.session is not None and not self.session.closed else None
+        frame = current_frame()
+        tree = frame.tree if frame is not None else None
+        starting: list[tuple[LocalServer, MCPConnection, EventNode | None]] = []
+        for server in self.local:
+            if session is not None:
+                connection, fresh = session.connection(server)
+            else:
+                connection, fresh = MCPConnection(server), True
+                self._owned.append(connection)
+            node = None
+            if fresh and frame is not None and tree is not None:
+                payload: dict[str, Any] = {"transport": server.transport}
+                if server.transport == "stdio":
+                    payload["command"] = [server.target.command, *server.target.args]
+                if session is not None:
+                    payload["session"] = session.label
+                node = tree.start_node(
+                    NodeType.MCP_CONNECT, server.name, frame.node, payload=payload
+                )
+            starting.append((server, connection, node))
         try:
-            for server_name, target in self.local:
-                try:
-                    # A server that never answers must not hang the prompt forever.
-                    async with asyncio.timeout(self.timeouts.get(server_name, CONNECT_TIMEOUT)):
-                        client = await self._stack.enter_async_context(Client(target))
-                        listed = await client.list_tools()
-                except asyncio.CancelledError:
-                    raise
-                except BaseException as exc:
-                    cause = _leaf(exc)
-                    raise ToolError(
-                        f"MCP server {server_name!r} failed to start: {type(cause).__name__}: {cause}"
-                        if not isinstance(cause, TimeoutError)
-                        else f"MCP server {server_name!r} did not answer within "
-                        f"{self.timeouts.get(server_name, CONNECT_TIMEOUT)}s"
-                    ) from exc
-                for tool in listed.tools:
-                    self.tools.append(
-                        _MCPTool(
-                            name=_mcp_tool_name(server_name, tool.name),
-                            server=server_name,
-                            remote_name=tool.name,
-                            description=tool.description or tool.name,
-                            input_schema=dict(tool.input_schema),
-                            call=client.call_tool,
-                        )
-                    )
-        except BaseException:
-            await self._stack.aclose()
+            # Servers start side by side; each start is its own node.
+            outcomes = await asyncio.gather(
+                *(c.wait() for _, c, _ in starting), return_exceptions=True
+            )
+        except BaseException as exc:  # cancelled while they started
+            for _, _, node in starting:
+                _end_connect(tree, node, exc)
+            await self._close_owned()
             raise
+        failure: BaseException | None = None
+        for (server, connection, node), outcome in zip(starting, outcomes, strict=True):
+            if isinstance(outcome, BaseException):
+                _end_connect(tree, node, outcome)
+                if session is not None:
+                    session.forget(connection)
+                failure = failure or outcome
+                continue
+            _, listed = outcome
+            names = [_mcp_tool_name(server.name, tool.name) for tool in listed.tools]
+            output: dict[str, Any] = {"tools": names}
+            if connection.stderr:
+                output["stderr"] = connection.stderr
+            _end_connect(tree, node, output)
+            for tool, name in zip(listed.tools, names, strict=True):
+                self.tools.append(
+                    _MCPTool(
+                        name=name,
+                        server=server.name,
+                        remote_name=tool.name,
+                        description=tool.description or tool.name,
+                        input_schema=dict(tool.input_schema),
+                        call=connection.call_tool,
+                    )
+                )
+        if failure is not None:
+            await self._close_owned()
+            raise failure
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        await self._stack.aclose()
+        await self._close_owned()
+
+    async def _close_owned(self) -> None:
+        owned, self._owned = self._owned, []
+        if owned:
+            await asyncio.gather(*(c.close() for c in owned))
+
+
+def _end_connect(tree: EventTree | None, node: EventNode | None, outcome: Any) -> None:
+    """Finish an ``mcp_connect`` node: its tools (and stderr), or why the server did not start."""
+    if tree is None or node is None:
+        return
+    if isinstance(outcome, BaseException):
+        tree.end_node_after(node, outcome)
+    else:
+        tree.end_node(node, NodeStatus.COMPLETED, output=outcome, record_output=True)
+
+
+def remote_request(
+    remote: Sequence[Mapping[str, Any]],
+    betas: Sequence[str] | None,
+    tools: Sequence[Mapping[str, Any]],
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]:
+    """The request's ``mcp_servers``, the ``mcp_toolset`` tools to add, and its ``betas``.
+
+    Remote servers need an MCP-client beta: `MCP_CLIENT_BETA` is added unless
+    ``betas`` names one. Under it (and later ones) each server gets an
+    ``mcp_toolset`` entry in ``tools`` (unless ``tools`` has one for it
+    already), and a server's ``tool_configuration`` (``enabled``,
+    ``allowed_tools``) becomes that toolset's ``default_config`` and
+    ``configs``. Under `LEGACY_MCP_CLIENT_BETA` servers are sent as given.
+    """
+    chosen = [b for b in betas or () if str(b).startswith("mcp-client-")]
+    sent_betas = list(betas or ()) if chosen else [*(betas or ()), MCP_CLIENT_BETA]
+    if chosen and chosen[-1] == LEGACY_MCP_CLIENT_BETA:
+        return [dict(s) for s in remote], [], sent_betas
+    configured = {t.get("mcp_server_name") for t in tools if t.get("type") == "mcp_toolset"}
+    servers: list[dict[str, Any]] = []
+    toolsets: list[dict[str, Any]] = []
+    for item in remote:
+        server = {k: v for k, v in item.items() if k != "tool_configuration"}
+        servers.append(server)
+        if server["name"] in configured:
+            continue
+        toolset: dict[str, Any] = {"type": "mcp_toolset", "mcp_server_name": server["name"]}
+        config = item.get("tool_configuration") or {}
+        allowed = config.get("allowed_tools")
+        if config.get("enabled") is False:
+            toolset["default_config"] = {"enabled": False}
+        elif allowed is not None:
+            toolset["default_config"] = {"enabled": False}
+            toolset["configs"] = {name: {"enabled": True} for name in allowed}
+        toolsets.append(toolset)
+    return servers, toolsets, sent_betas
 
 
 def _check_stdio(name: str, item: Mapping[str, Any]) -> None:
@@ -198,6 +487,20 @@ def register_mcp_secrets(mcps: Sequence[Any]) -> None:
             for secret in [item.get("authorization_token"), *dict(item.get("env") or {}).values()]:
                 if secret:
                     register_secret(str(secret))
+
+
+_CLOSED_STREAM = frozenset({"ClosedResourceError", "BrokenResourceError", "EndOfStream"})
+
+
+def _connection_lost(exc: BaseException) -> bool:
+    """True when a call failed because the connection to the server is gone."""
+    from mcp.shared.exceptions import MCPError
+    from mcp.types import CONNECTION_CLOSED
+
+    if isinstance(exc, MCPError):
+        return bool(exc.error.code == CONNECTION_CLOSED)
+    # The streams under the session (anyio's, named so as not to import anyio here).
+    return type(exc).__module__.startswith("anyio") and type(exc).__name__ in _CLOSED_STREAM
 
 
 def _leaf(exc: BaseException) -> BaseException:

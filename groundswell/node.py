@@ -30,6 +30,7 @@ class NodeType(StrEnum):
     MODEL_CALL = "model_call"
     TOOL_CALL = "tool_call"
     MCP_CALL = "mcp_call"
+    MCP_CONNECT = "mcp_connect"
     REFLECTION = "reflection"
     SPAWN = "spawn"
     BUDGET = "budget"

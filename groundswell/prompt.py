@@ -10,7 +10,7 @@ import dataclasses
 import string
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from pydantic import BaseModel
 
@@ -22,6 +22,7 @@ from .errors import ConfigurationError
 from .extraction import Extract, check_rules
 from .hookspecs import CacheBackend
 from .mcp_bridge import check_mcps
+from .model import OutputType, output_type
 from .plugins import get_plugin_manager
 from .reflection import ReflectionConfig
 from .settings_check import check_api_field, check_flag, check_settings
@@ -63,8 +64,11 @@ class Prompt(Generic[T]):
     """One request to an agent: the user text, data, and the type of answer wanted.
 
     Immutable; ``prompt.with_(user=...)`` derives a new one. ``response_format``
-    is a pydantic model class (the agent returns a validated instance) or
-    ``None`` (the agent returns the text). ``enable_reflection`` switches
+    is a type pydantic's ``TypeAdapter`` takes (a model class, ``int``,
+    ``list[str]``, a ``Literal``, an ``Enum``, a union of models, a
+    ``TypedDict``, a dataclass...; the agent returns a validated value of it)
+    or ``None`` (the agent returns the text); see `groundswell.model.OutputType`
+    for how answers that are not objects travel. ``enable_reflection`` switches
     prompt-level reflection on (or off) for this prompt, whatever the agent says.
     ``extract`` is an `Extract` rule or a list of them,
     applied to the answer text (see `groundswell.extraction`).
@@ -72,7 +76,8 @@ class Prompt(Generic[T]):
 
     user: str
     data: Any = None
-    response_format: type[T] | None = None
+    # Any: a Literal, a union or an Annotated type is no `type[T]` to a type checker.
+    response_format: Any = None
     system: str | Sequence[Mapping[str, Any]] | None = None
     tools: Sequence[Any] | None = None
     mcps: Sequence[Any] | None = None
@@ -84,6 +89,58 @@ class Prompt(Generic[T]):
     _rules: tuple[Extract, ...] = dataclasses.field(
         default=(), init=False, repr=False, compare=False
     )
+    _output: OutputType | None = dataclasses.field(
+        default=None, init=False, repr=False, compare=False
+    )
+
+    if TYPE_CHECKING:  # the dataclass's own __init__ at run time; these type it
+
+        @overload
+        def __init__(
+            self: Prompt[str],
+            *,
+            user: str,
+            data: Any = ...,
+            response_format: None = ...,
+            system: str | Sequence[Mapping[str, Any]] | None = ...,
+            tools: Sequence[Any] | None = ...,
+            mcps: Sequence[Any] | None = ...,
+            skills: Sequence[Any] | None = ...,
+            hooks: Mapping[str, Any] | None = ...,
+            enable_reflection: bool | None = ...,
+            extract: Extract | Sequence[Extract] | None = ...,
+        ) -> None: ...
+        @overload
+        def __init__(
+            self: Prompt[T],
+            *,
+            user: str,
+            data: Any = ...,
+            response_format: type[T],
+            system: str | Sequence[Mapping[str, Any]] | None = ...,
+            tools: Sequence[Any] | None = ...,
+            mcps: Sequence[Any] | None = ...,
+            skills: Sequence[Any] | None = ...,
+            hooks: Mapping[str, Any] | None = ...,
+            enable_reflection: bool | None = ...,
+            extract: Extract | Sequence[Extract] | None = ...,
+        ) -> None: ...
+        @overload  # Literal[...], unions, Annotated: typed as Any
+        def __init__(
+            self: Prompt[Any],
+            *,
+            user: str,
+            data: Any = ...,
+            response_format: Any,
+            system: str | Sequence[Mapping[str, Any]] | None = ...,
+            tools: Sequence[Any] | None = ...,
+            mcps: Sequence[Any] | None = ...,
+            skills: Sequence[Any] | None = ...,
+            hooks: Mapping[str, Any] | None = ...,
+            enable_reflection: bool | None = ...,
+            extract: Extract | Sequence[Extract] | None = ...,
+        ) -> None: ...
+        def __init__(self, **fields: Any) -> None: ...
 
     def __post_init__(self) -> None:
         if not isinstance(self.user, str) or not self.user.strip():
@@ -94,11 +151,12 @@ class Prompt(Generic[T]):
             raise ConfigurationError(
                 f"Prompt.enable_reflection must be True, False or None, got {self.enable_reflection!r}"
             )
-        fmt = self.response_format
-        if fmt is not None and not (isinstance(fmt, type) and issubclass(fmt, BaseModel)):
-            raise ConfigurationError(
-                f"Prompt.response_format must be a pydantic BaseModel subclass or None, got {fmt!r}"
-            )
+        if self.response_format is not None:
+            try:  # made once per type: the schema and validator every call then uses
+                made = output_type(self.response_format)
+            except ConfigurationError as exc:
+                raise ConfigurationError(f"Prompt.{exc}") from exc.__cause__
+            object.__setattr__(self, "_output", made)
         # The fields that win over the agent's, checked as the agent checks its own.
         check_api_field("system", self.system, "Prompt")
         if self.tools is not None:
@@ -116,6 +174,11 @@ class Prompt(Generic[T]):
         # Rendering once here both validates data and spares every call the work.
         object.__setattr__(self, "_rendered", rendered)
         object.__setattr__(self, "_rules", check_rules(self.extract))
+
+    @property
+    def output_type(self) -> OutputType | None:
+        """How ``response_format`` is asked for and validated (``None`` without one)."""
+        return self._output
 
     @property
     def rules(self) -> tuple[Extract, ...]:

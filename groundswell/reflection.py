@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import math
 import time
@@ -284,6 +285,12 @@ def _strategy(name: str) -> Reflector:
     return strategy
 
 
+#: Strategies whose own failure falls back to `FALLBACK_STRATEGY` for that attempt
+#: instead of losing the run: a retry with the error fed back is never worse.
+FALLS_BACK = frozenset({"llm"})
+FALLBACK_STRATEGY = "feedback"
+
+
 def choose_strategy(
     config: ReflectionConfig, agent: Agent | None, records: Mapping[str, ReflectionStrategy]
 ) -> str:
@@ -308,7 +315,9 @@ async def reflect_once(
     """Run the strategy for one failure inside its own ``reflection`` node.
 
     Returns the entry, or ``None`` if the strategy itself failed (recorded on
-    the node; the caller re-raises the original error).
+    the node; the caller re-raises the original error). A strategy in
+    `FALLS_BACK` (``llm``) that fails is replaced by `FALLBACK_STRATEGY` for
+    this attempt instead, with a ``strategy_fallback`` event on the node.
     """
     tree = context.tree
     wanted = context.config.strategy
@@ -362,9 +371,15 @@ async def reflect_once(
         tree.end_node(node, NodeStatus.CANCELLED)
         raise
     except Exception as exc:
-        # Whatever went wrong in the strategy, the run keeps its original error.
-        strategy_failed(context.error, node, tree, chosen, exc)
-        return None
+        if chosen not in FALLS_BACK:
+            # Whatever went wrong in the strategy, the run keeps its original error.
+            strategy_failed(context.error, node, tree, chosen, exc)
+            return None
+        # The analysis call failed (API error, timeout, an unusable answer): a plain
+        # retry with the error fed back can still succeed, so that is what happens.
+        fell_back_from(node, tree, chosen, exc)
+        chosen = FALLBACK_STRATEGY
+        result = await FeedbackReflector().reflect(context)
     finally:
         reset_frame(token)
     entry = ReflectionEntry(
@@ -379,6 +394,35 @@ async def reflect_once(
     )
     tree.end_node(node, NodeStatus.COMPLETED, output=jsonable(result), record_output=True)
     return entry
+
+
+def fell_back_from(node: EventNode, tree: EventTree, strategy: str, exc: BaseException) -> None:
+    """Record that ``strategy`` failed and `FALLBACK_STRATEGY` answers for this attempt."""
+    record = error_record(exc)  # secrets redacted
+    tree.add_event(
+        node,
+        "strategy_fallback",
+        wanted=strategy,
+        used=FALLBACK_STRATEGY,
+        reason=f"the {strategy} strategy failed",
+        error=record,
+    )
+    logger.warning(
+        "reflection (%s) failed, retrying with %s instead: %s: %s",
+        strategy,
+        FALLBACK_STRATEGY,
+        record["type"],
+        record["message"],
+    )
+
+
+def feedback_entry(entry: ReflectionEntry, context: ReflectionContext) -> ReflectionEntry:
+    """``entry`` redone by the `FALLBACK_STRATEGY`: the error fed back, no revision."""
+    return dataclasses.replace(
+        entry,
+        strategy=FALLBACK_STRATEGY,
+        result=ReflectionResult(should_retry=True, reason=context.error_text),
+    )
 
 
 def strategy_failed(
@@ -505,18 +549,26 @@ async def retry_with_reflection(
         tree, failed = context.tree, context.failed_node
         parent = tree.get_node(failed.parent_id) if failed.parent_id else None
         entry = await reflect_once(context, name=name, parent=parent, workflow=workflow)
+        if entry is not None and entry.should_retry and prepare is not None:
+            try:
+                await prepare(context, entry)
+            except ConfigurationError as exc:  # e.g. revised data that cannot be rendered
+                node = tree.get_node(entry.node_id)
+                if entry.strategy not in FALLS_BACK:
+                    record(entry)
+                    strategy_failed(failure, node, tree, entry.strategy, exc)
+                    mark_given_up(failure)
+                    raise failure from None
+                # The revision cannot be applied: retry without it, the error fed back.
+                tree.add_event(node, "revision_rejected", error=error_record(exc))
+                fell_back_from(node, tree, entry.strategy, exc)
+                entry = feedback_entry(entry, context)
+                await prepare(context, entry)
         if entry is not None:
             record(entry)
         if entry is None or not entry.should_retry:
             mark_given_up(failure)
             raise failure
-        if prepare is not None:
-            try:
-                await prepare(context, entry)
-            except ConfigurationError as exc:  # e.g. revised data that cannot be rendered
-                strategy_failed(failure, tree.get_node(entry.node_id), tree, entry.strategy, exc)
-                mark_given_up(failure)
-                raise failure from None
         previous.append(entry)
         await pause(config)
         number += 1

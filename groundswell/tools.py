@@ -14,13 +14,14 @@ import json
 import math
 import os
 import re
+import sys
 import typing
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, get_type_hints
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, get_type_hints
 
 import pydantic
 from pydantic import BaseModel
@@ -48,19 +49,29 @@ __all__ = [
 
 _NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
+#: The type of a prompt's ``deps`` as a tool sees it (``ToolContext[Shop]``); ``Any`` when bare.
+if TYPE_CHECKING or sys.version_info >= (3, 13):
+    DepsT = TypeVar("DepsT", default=Any)
+else:  # TypeVar takes default= from Python 3.13 on; only type checkers need it
+    DepsT = TypeVar("DepsT")
+
 
 @dataclass(frozen=True)
-class ToolContext:
-    """Given to a tool that declares a parameter annotated ``ToolContext``.
+class ToolContext(Generic[DepsT]):
+    """Given to a tool that declares a parameter annotated ``ToolContext`` (or ``ToolContext[Deps]``).
 
     ``env`` is the agent's ``env`` (never ``os.environ``); ``node_id`` is the
-    tool call's node in the event tree.
+    tool call's node in the event tree; ``deps`` is the object the call passed
+    as ``agent.prompt(..., deps=...)`` (``None`` when none was). Annotate the
+    parameter ``ToolContext[Shop]`` and type checkers know ``ctx.deps`` is a
+    ``Shop``; a bare ``ToolContext`` is ``ToolContext[Any]``.
     """
 
     agent: str
     tool_use_id: str
     env: Mapping[str, str] = field(default_factory=dict)
     node_id: str | None = None
+    deps: DepsT = None  # type: ignore[assignment]  # None when the call passed no deps
 
 
 class ToolFailed(ToolError):
@@ -237,8 +248,8 @@ class Tool:
 
     The input schema comes from the signature (types via pydantic) and the
     docstring (first paragraph as description, ``Args:`` entries per argument).
-    A parameter annotated `ToolContext` is filled in by the agent and
-    left out of the schema. Sync functions run in a worker thread.
+    A parameter annotated `ToolContext` (or ``ToolContext[Deps]``) is filled
+    in by the agent and left out of the schema. Sync functions run in a worker thread.
     ``timeout`` (seconds) bounds one call: a call over it is an ``is_error``
     result for the model (a sync function's thread cannot be stopped and
     finishes in the background).
@@ -309,7 +320,7 @@ class Tool:
             if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
                 continue
             annotation = hints.get(param.name, Any)
-            if annotation is ToolContext or ToolContext in typing.get_args(annotation):
+            if _is_context(annotation):
                 self._context_param = param.name
                 continue
             if param.kind is param.POSITIONAL_ONLY:
@@ -363,6 +374,17 @@ class Tool:
 
     def __repr__(self) -> str:
         return f"Tool({self.name!r})"
+
+
+def _is_context(annotation: Any) -> bool:
+    """True for ``ToolContext``, ``ToolContext[Deps]``, and either inside ``Optional`` or
+    ``Annotated``."""
+    if annotation is ToolContext or typing.get_origin(annotation) is ToolContext:
+        return True
+    return any(
+        arg is ToolContext or typing.get_origin(arg) is ToolContext
+        for arg in typing.get_args(annotation)
+    )
 
 
 def _without_titles(schema: Any) -> Any:

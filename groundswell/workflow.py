@@ -17,19 +17,10 @@ import inspect
 import math
 import time
 from collections.abc import Awaitable, Callable
-from typing import (
-    Any,
-    Concatenate,
-    Generic,
-    ParamSpec,
-    TypedDict,
-    TypeVar,
-    Unpack,
-    cast,
-    overload,
-)
+from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, Unpack, cast, overload
 
 from ._serialize import jsonable
+from .blocking import run_blocking
 from .budget import TokenBudget, check_budget, current_budget, enter_budget, leave_budget
 from .errors import ConfigurationError, StepTimeout
 from .execution import LOCAL, ExecutionEngine, WorkflowCall, durable_backend_name, get_engine
@@ -48,6 +39,7 @@ from .run_context import Frame, current_frame, new_run_tree, reset_frame, set_fr
 from .step_body import call_body, within_timeout
 from .tree import EventNode, EventTree, NodeStatus, NodeType
 from .workflow_input import input_model, validate_input
+from .workflow_options import WorkflowOptions, refuse_unknown
 
 __all__ = [
     "Workflow",
@@ -452,6 +444,27 @@ class Workflow(Generic[P, T]):
         result = await engine.run_workflow(WorkflowCall(self, args, kwargs))
         return cast("WorkflowResult[T]", result)
 
+    async def run_with_id(
+        self, workflow_id: str, /, *args: P.args, **kwargs: P.kwargs
+    ) -> WorkflowResult[T]:
+        """`run` as the durable run ``workflow_id``, an id the caller chooses (``"order-1234"``).
+
+        Once a run has that id, running it again starts nothing: it returns the
+        recorded result (or raises the recorded error), waiting for the run if it
+        is still going. Needs ``durable=True``: the local engine refuses it.
+        """
+        engine = get_engine(self._backend)
+        call = WorkflowCall(self, args, kwargs, workflow_id=workflow_id)
+        return cast("WorkflowResult[T]", await engine.run_workflow(call))
+
+    def run_sync(self, *args: P.args, **kwargs: P.kwargs) -> WorkflowResult[T]:
+        """`run` for sync code (scripts, notebooks); `ConfigurationError` in a running loop."""
+        return run_blocking(
+            lambda: self.run(*args, **kwargs),
+            caller=f"workflow {self.name!r}: run_sync()",
+            instead="await wf.run(...)",
+        )
+
     async def execute(
         self,
         args: tuple[Any, ...],
@@ -541,37 +554,13 @@ class Workflow(Generic[P, T]):
         return f"Workflow({self.name!r})"
 
 
-class WorkflowOptions(TypedDict, total=False):
-    """The keyword options of `Workflow`, which `workflow` and `create_workflow` pass on."""
-
-    #: Cache backend (a name or a Cache) for agents inside that enable caching without one.
-    cache: Any
-    #: Reflect on failed steps and run them again, with the default `ReflectionConfig`.
-    enable_reflection: bool
-    #: Reflection settings for failed steps; wins over ``enable_reflection``.
-    reflection: ReflectionConfig | None
-    #: The agent the ``llm`` reflection strategy asks (else ``feedback`` is used).
-    reflection_agent: Any
-    #: The budget for agent prompts in the run that set none of their own.
-    token_budget: TokenBudget | None
-    #: ``True`` or an execution backend name: checkpoint steps, recover crashed runs.
-    durable: bool | str
-
-
-def _refuse_unknown(caller: str, options: WorkflowOptions) -> None:
-    # **options takes any keyword at run time: refuse an unknown one as a parameter would.
-    unknown = sorted(options.keys() - WorkflowOptions.__optional_keys__)
-    if unknown:
-        raise TypeError(f"{caller}() got an unexpected keyword argument {unknown[0]!r}")
-
-
 def create_workflow(
     executor: Callable[Concatenate[WorkflowContext, P], Awaitable[T]],
     name: str | None = None,
     **options: Unpack[WorkflowOptions],
 ) -> Workflow[P, T]:
     """Build a `Workflow` at run time; it mounts wherever it is run."""
-    _refuse_unknown("create_workflow", options)
+    refuse_unknown("create_workflow", options)
     return Workflow(executor, name, **options)
 
 
@@ -590,7 +579,7 @@ def workflow(
 
     Keyword arguments are those of `Workflow`.
     """
-    _refuse_unknown("workflow", options)
+    refuse_unknown("workflow", options)
     if fn is not None:
         return Workflow(fn, name, **options)
 

@@ -234,6 +234,71 @@ async def test_prune_oldest_drops_plain_turns_first_and_keeps_errors_decisions_a
         assert_well_formed(request.messages)
 
 
+async def test_prune_oldest_keeps_a_tool_error_before_the_models_ordinary_words() -> None:
+    # Every turn has the model's words; turn 2's tool call fails. Text-only turns are
+    # pruned oldest first, the error turn only if nothing else is left to drop.
+    say = {n: f"Now I will read page {n} of the report." for n in range(1, 8)}
+    model = Reader(pages=7, say=say, fail={2})
+    fake = FakeAnthropicAPI(model)
+    result = await reader_agent(fake, budget_for(5.2, strategy="prune_oldest")).run(INSTRUCTION)
+
+    assert result.output == "The report is about Greek letters."
+    last = model.main[-1].messages
+    assert_well_formed(last)
+    kept = ids(last)
+    assert "t2" in kept and "t1" not in kept and "t3" not in kept
+    assert kept[-3:] == ["t5", "t6", "t7"]  # keep_last_turns
+    removed = [
+        r["kinds"] for b in result.tree.find(type=NodeType.BUDGET) for r in b.payload["removed"]
+    ]
+    assert removed and all("assistant_text" in k for k in removed)
+    assert all("tool_result:error" not in k for k in removed)
+    for request in model.main:
+        assert_well_formed(request.messages)
+
+
+def test_prune_oldest_ranks_plain_turns_then_words_then_errors_and_instructions() -> None:
+    from groundswell.budget import ESSENTIAL, PLAIN, WORDS, prune_oldest, split_turns
+
+    def turn(n: int, *, words: bool = False, failed: bool = False, told: bool = False) -> list[Any]:
+        said = [{"type": "text", "text": "I will go on."}] if words else []
+        call = {"type": "tool_use", "id": f"t{n}", "name": "read_page", "input": {"n": n}}
+        result: dict[str, Any] = {"type": "tool_result", "tool_use_id": f"t{n}", "content": "x"}
+        if failed:
+            result["is_error"] = True
+        answer: list[Any] = [result] + ([{"type": "text", "text": "Stop at 3."}] if told else [])
+        return [
+            {"role": "assistant", "content": [*said, call]},
+            {"role": "user", "content": answer},
+        ]
+
+    messages: list[Any] = [{"role": "user", "content": INSTRUCTION}]
+    shapes = [
+        {"failed": True},
+        {"words": True},
+        {},
+        {"told": True},
+        {"words": True},
+        {},
+        {},
+    ]
+    for n, how in enumerate(shapes, 1):
+        messages += turn(n, **how)
+    head, turns = split_turns(messages, [10] * len(messages))
+    assert head == 1
+    assert [t.rank for t in turns] == [ESSENTIAL, WORDS, PLAIN, ESSENTIAL, WORDS, PLAIN, PLAIN]
+    names = {id(t): f"t{i}" for i, t in enumerate(turns, 1)}
+
+    def kept(room_turns: int) -> list[str]:
+        return [names[id(t)] for t in prune_oldest(turns, room_turns * 20, keep_last=2)]
+
+    assert kept(6) == ["t1", "t2", "t4", "t5", "t6", "t7"]  # the plain turn goes first
+    assert kept(5) == ["t1", "t4", "t5", "t6", "t7"]  # then words, oldest first
+    assert kept(4) == ["t1", "t4", "t6", "t7"]
+    assert kept(3) == ["t4", "t6", "t7"]  # errors and instructions last, oldest first
+    assert kept(1) == ["t6", "t7"]  # the last keep_last turns are never dropped
+
+
 async def test_prune_oldest_never_drops_the_last_turns_it_promises_to_keep() -> None:
     model = Reader(pages=4)
     fake = FakeAnthropicAPI(model)

@@ -207,6 +207,8 @@ async def test_tools_mcp_hooks_and_skills_example_runs_every_kind_of_tool() -> N
     )
     (prompt,) = result.tree.find(type="prompt", name="release-writer")
     assert _shape(prompt) == [
+        "mcp_connect:tickets:completed",
+        "mcp_connect:versions:completed",
         "model_call:claude-sonnet-4-6:completed",
         "tool_call:read_skill:completed",
         "tool_call:git_log:completed",

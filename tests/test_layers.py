@@ -34,10 +34,12 @@ LAYERS: dict[str, int] = {
     "groundswell.plugin_records": 2,
     "groundswell.plugins": 2,
     "groundswell.run_context": 3,
+    "groundswell.blocking": 3,
     # building blocks: model, prompt, tools and the data each feature works on
     "groundswell.model": 4,
     "groundswell.tools": 4,
     "groundswell.mcp_bridge": 4,
+    "groundswell.mcp_session": 4,
     "groundswell.claude_hooks": 4,
     "groundswell.extraction": 4,
     "groundswell.tokens": 4,
@@ -53,6 +55,7 @@ LAYERS: dict[str, int] = {
     "groundswell.step_body": 4,
     "groundswell.revision": 4,
     "groundswell.workflow_input": 4,
+    "groundswell.workflow_options": 4,
     "groundswell.workflow": 4,
     # the agent loop
     "groundswell.agent": 5,

@@ -529,3 +529,288 @@ async def test_work_that_outlives_its_run_keeps_its_span_until_it_ends(
     (slow_span,) = [s for s in spans(exporter) if s.name == "step slow"]
     assert slow_span.attributes[A.NODE_STATUS] == "completed"
     assert A.INCOMPLETE not in slow_span.attributes
+
+
+# -- each chat span's input: the conversation the model was sent on that turn -----------
+
+
+def sent(messages: list[dict[str, Any]]) -> list[Any]:
+    """A request's messages in the shape a chat span must show: tool results one
+    ``tool`` message each, every other block a part (text, tool call with arguments)."""
+    out: list[Any] = []
+    for message in messages:
+        content = message["content"]
+        if isinstance(content, str):
+            out.append((message["role"], [("text", content)]))
+            continue
+        parts: list[Any] = []
+        for block in content:
+            if block["type"] == "tool_result":
+                out.append(
+                    ("tool", [("tool_call_response", block["tool_use_id"], block["content"])])
+                )
+            elif block["type"] == "tool_use":
+                parts.append(("tool_call", block["id"], block["name"], block["input"]))
+            else:
+                parts.append(("text", block["text"]))
+        if parts:
+            out.append((message["role"], parts))
+    return out
+
+
+def shown(attribute: Any) -> list[Any]:
+    """A span's gen_ai.input.messages in the same shape as `sent`."""
+    out: list[Any] = []
+    for message in json.loads(attribute):
+        parts: list[Any] = []
+        for part in message["parts"]:
+            if part["type"] == "tool_call_response":
+                parts.append((part["type"], part["id"], part["response"]))
+            elif part["type"] == "tool_call":
+                parts.append((part["type"], part["id"], part["name"], part["arguments"]))
+            else:
+                parts.append((part["type"], part["content"]))
+        out.append((message["role"], parts))
+    return out
+
+
+def chat_spans(found: list[ReadableSpan]) -> list[ReadableSpan]:
+    return sorted(
+        (s for s in found if s.name.startswith("chat ") and s.kind is SpanKind.CLIENT),
+        key=lambda s: s.start_time or 0,
+    )
+
+
+def capture_content(monkeypatch: pytest.MonkeyPatch, mode: str = "SPAN_ONLY") -> None:
+    monkeypatch.setenv(groundswell_otel.CONTENT_ENV, mode)
+    groundswell.get_plugin_manager().refresh_sinks("otel")
+
+
+def read_page(n: int) -> str:
+    """Read one page."""
+    if n < 0:
+        raise ValueError(f"there is no page {n}")
+    return f"Page {n}: " + "lorem ipsum dolor sit amet " * 40
+
+
+async def _pages_in_parallel() -> FakeAnthropicAPI:
+    from groundswell.testing import tool_calls
+
+    fake = FakeAnthropicAPI(
+        [
+            tool_calls(("read_page", {"n": 1}), ("read_page", {"n": -2}), text="Two at once."),
+            tool_use("read_page", {"n": 3}),
+            text("Pages read."),
+        ]
+    )
+    agent = Agent(name="reader", tools=[read_page], client=fake.client())
+    await agent.run(Prompt(user="Read the pages", data={"pages": [1, 2, 3]}))
+    return fake
+
+
+async def _a_budget_slides_the_window() -> FakeAnthropicAPI:
+    from groundswell import TokenBudget
+
+    fake = FakeAnthropicAPI([tool_use("read_page", {"n": n}) for n in range(1, 6)] + ["Done."])
+    budget = TokenBudget(max_total=1_400, reserve_for_output=500)
+    agent = Agent(name="reader", tools=[read_page], client=fake.client(), token_budget=budget)
+    result = await agent.run("Read pages 1 to 5.")
+    assert any(b.payload.get("removed") for b in result.tree.find(type="budget"))
+    return fake
+
+
+async def _a_budget_summarizes() -> FakeAnthropicAPI:
+    from groundswell import TokenBudget
+    from groundswell.budget import SUMMARIZER_SYSTEM
+
+    pages = iter(range(1, 7))
+
+    def model(request: Any) -> Any:
+        if SUMMARIZER_SYSTEM in str(request.system or "") or SUMMARIZER_SYSTEM in (
+            request.last_user_text() or ""
+        ):
+            return text("Summary: pages were read.")
+        n = next(pages, None)
+        return tool_use("read_page", {"n": n}) if n is not None else text("Done.")
+
+    fake = FakeAnthropicAPI(model)
+    budget = TokenBudget(
+        max_total=1_900, reserve_for_output=500, strategy="summarize", keep_last_turns=2
+    )
+    agent = Agent(name="reader", tools=[read_page], client=fake.client(), token_budget=budget)
+    result = await agent.run("Read pages 1 to 6.")
+    assert result.tree.find(type="summary"), "the budget never summarized"
+    return fake
+
+
+async def _a_reflection_retry_feeds_back() -> FakeAnthropicAPI:
+    fake = FakeAnthropicAPI([text("not json"), json_reply({"score": 4})])
+    agent = Agent(
+        name="judge", client=fake.client(), reflection=ReflectionConfig(strategy="feedback")
+    )
+    await agent.run(Prompt(user="rate", data={"diff": "+1"}, response_format=Verdict))
+    return fake
+
+
+async def _an_llm_revision_changes_the_data() -> FakeAnthropicAPI:
+    analysis = {
+        "analysis": "Wrong data.",
+        "should_retry": True,
+        "guidance": "Use the smaller diff.",
+        "revised_system": None,
+        "revised_data_json": json.dumps({"diff": "+2"}),
+    }
+    fake = FakeAnthropicAPI([text("not json"), json_reply(analysis), json_reply({"score": 4})])
+    agent = Agent(name="judge", client=fake.client(), enable_reflection=True)
+    await agent.run(Prompt(user="rate", data={"diff": "+1"}, response_format=Verdict))
+    return fake
+
+
+async def _turns_run_out_and_the_note_follows_the_user_text() -> FakeAnthropicAPI:
+    fake = FakeAnthropicAPI([tool_use("add", {"a": 1, "b": 1}), "2"])
+    agent = calculator(fake, max_turns=1, reflection=ReflectionConfig(strategy="feedback"))
+    await agent.run("1 + 1?")
+    return fake
+
+
+async def _a_stop_hook_sends_the_agent_on() -> FakeAnthropicAPI:
+    def not_yet(input_data: dict[str, Any], tool_use_id: str | None, ctx: Any) -> dict[str, Any]:
+        if input_data["stop_hook_active"]:
+            return {}
+        return {"decision": "block", "reason": "Also cite a source."}
+
+    fake = FakeAnthropicAPI([text("Paris"), text("Paris (source: atlas)")])
+    agent = Agent(name="geo", client=fake.client(), hooks={"Stop": [{"hooks": [not_yet]}]})
+    await agent.run("Capital?")
+    return fake
+
+
+@pytest.mark.parametrize(
+    "scenario",
+    [
+        _pages_in_parallel,
+        _a_budget_slides_the_window,
+        _a_budget_summarizes,
+        _a_reflection_retry_feeds_back,
+        _an_llm_revision_changes_the_data,
+        _turns_run_out_and_the_note_follows_the_user_text,
+        _a_stop_hook_sends_the_agent_on,
+    ],
+    ids=lambda f: f.__name__.strip("_"),
+)
+async def test_every_chat_span_shows_the_messages_its_request_sent(
+    exporter: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch, scenario: Any
+) -> None:
+    capture_content(monkeypatch)
+    fake = await scenario()
+    chats = chat_spans(spans(exporter))
+    assert len(chats) == len(fake.requests) > 1
+    for chat, request in zip(chats, fake.requests, strict=True):
+        assert shown(chat.attributes[A.GEN_AI_INPUT_MESSAGES]) == sent(request.messages)
+        assert A.INPUT_MESSAGES_OMITTED not in chat.attributes
+
+
+async def test_chat_spans_carry_tool_results_and_tool_calls_with_their_arguments(
+    exporter: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    capture_content(monkeypatch, "SPAN_AND_EVENT")
+    fake = await _pages_in_parallel()
+    first, second, _third = chat_spans(spans(exporter))
+    calls = [b for b in fake.requests[1].messages[1]["content"] if b["type"] == "tool_use"]
+    output = json.loads(first.attributes[A.GEN_AI_OUTPUT_MESSAGES])
+    assert output == [
+        {
+            "role": "assistant",
+            "parts": [
+                {"type": "text", "content": "Two at once."},
+                *(
+                    {
+                        "type": "tool_call",
+                        "id": c["id"],
+                        "name": "read_page",
+                        "arguments": c["input"],
+                    }
+                    for c in calls
+                ),
+            ],
+            "finish_reason": "tool_use",
+        }
+    ]
+    messages = json.loads(second.attributes[A.GEN_AI_INPUT_MESSAGES])
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool", "tool"]
+    assert messages[0]["parts"] == [
+        {
+            "type": "text",
+            "content": 'Read the pages\n\n<data>\n{\n  "pages": [\n    1,\n    2,\n    3\n  ]\n}\n</data>',
+        }
+    ]
+    page, failure = (m["parts"][0] for m in messages[2:])
+    assert page["type"] == "tool_call_response" and page["id"] == calls[0]["id"]
+    assert page["response"].startswith("Page 1: lorem")
+    assert failure["id"] == calls[1]["id"] and "there is no page -2" in failure["response"]
+    # SPAN_AND_EVENT: the input is repeated on the content event of the span's start.
+    started, ended = [e for e in second.events if e.name == A.GEN_AI_CONTENT_EVENT]
+    assert started.attributes[A.GEN_AI_INPUT_MESSAGES] == second.attributes[A.GEN_AI_INPUT_MESSAGES]
+    assert A.GEN_AI_OUTPUT_MESSAGES in ended.attributes
+
+
+async def test_chat_span_inputs_hold_no_secrets_and_no_introspection_results(
+    exporter: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    capture_content(monkeypatch)
+
+    def reveal(key: str, ctx: ToolContext) -> dict[str, str]:
+        """Reveal configuration."""
+        return {"note": f"password is {ctx.env['DB_PASSWORD']}", "api_key": "issued-key-0123456789"}
+
+    fake = FakeAnthropicAPI(
+        [
+            tool_use("reveal", {"key": "x", "api_key": "plain-key-123456"}),
+            tool_use("inspect_current_node", {}),
+            text(f"done; key {FAKE_API_KEY}"),
+            text("after"),
+        ]
+    )
+    agent = Agent(
+        name="leaky",
+        tools=[reveal, "introspection"],
+        env={"DB_PASSWORD": ENV_SECRET},
+        client=fake.client(),
+    )
+    await agent.run(f"use {FAKE_API_KEY}")
+    chats = chat_spans(spans(exporter))
+    last = chats[-1].attributes[A.GEN_AI_INPUT_MESSAGES]
+    assert "tool_call_response" in last and "issued-key" not in everything(chats)
+    for secret in (FAKE_API_KEY, ENV_SECRET, "plain-key-123456", "issued-key-0123456789"):
+        assert secret not in everything(chats)
+    responses = [
+        p["response"]
+        for m in json.loads(last)
+        for p in m["parts"]
+        if p["type"] == "tool_call_response"
+    ]
+    assert responses[-1] == "[introspection result not captured]"
+
+
+async def test_content_off_means_no_messages_on_chat_spans(exporter: InMemorySpanExporter) -> None:
+    await _pages_in_parallel()
+    for chat in chat_spans(spans(exporter)):
+        assert not any(k in chat.attributes for k in CONTENT_KEYS)
+
+
+async def test_a_continued_conversation_shows_its_own_turns_and_counts_the_earlier_ones(
+    exporter: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    capture_content(monkeypatch)
+    fake = FakeAnthropicAPI([text("Hi"), tool_use("add", {"a": 1, "b": 2}), text("3")])
+    agent = calculator(fake)
+    first = await agent.run("Hello")
+    spans(exporter)  # the first run's spans, flushed
+    exporter.clear()
+    await agent.run("1 + 2?", message_history=first.messages)
+    chats = chat_spans(spans(exporter))
+    assert len(chats) == 2
+    # The tree holds the earlier conversation's length, not its text: the span says so.
+    for chat, request in zip(chats, fake.requests[1:], strict=True):
+        assert chat.attributes[A.INPUT_MESSAGES_OMITTED] == 2
+        assert shown(chat.attributes[A.GEN_AI_INPUT_MESSAGES]) == sent(request.messages[2:])

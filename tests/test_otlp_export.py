@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, Literal
 
 import groundswell_otel
 import pytest
+from pydantic import BaseModel, ConfigDict, TypeAdapter
 
 import groundswell
 from groundswell import Agent, WorkflowContext, workflow
-from groundswell.testing import FAKE_API_KEY, FakeAnthropicAPI, text
+from groundswell.testing import FAKE_API_KEY, FakeAnthropicAPI, text, tool_use
 
 from .otlp_receiver import OTLPReceiver
 
@@ -131,3 +134,155 @@ def test_loading_the_plugin_with_no_call_exports_when_the_endpoint_is_set(
     assert out.returncode == 0, out.stderr
     assert sorted(s.name for s in receiver.spans) == ["invoke_workflow auto", "step s"]
     assert groundswell.flush_sinks()
+
+
+# -- what Phoenix reads: GenAI messages that validate, on every chat span -------------
+# Phoenix turns gen_ai.input.messages / gen_ai.output.messages into its own message
+# view only when the whole list validates against the conventions' JSON schemas
+# (gen-ai-input-messages.json, gen-ai-output-messages.json); these mirror them.
+
+
+class _Part(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class TextPart(_Part):
+    type: Literal["text"]
+    content: str
+
+
+class ToolCallRequestPart(_Part):
+    type: Literal["tool_call"]
+    id: str | None = None
+    name: str
+    arguments: Any = None
+
+
+class ToolCallResponsePart(_Part):
+    type: Literal["tool_call_response"]
+    id: str | None = None
+    response: Any
+
+
+class GenericPart(_Part):
+    type: str
+
+
+class ChatMessage(_Part):
+    role: str
+    parts: list[TextPart | ToolCallRequestPart | ToolCallResponsePart | GenericPart]
+
+
+class OutputMessage(ChatMessage):
+    finish_reason: str
+
+
+KNOWN = {
+    "text": TextPart,
+    "tool_call": ToolCallRequestPart,
+    "tool_call_response": ToolCallResponsePart,
+}
+
+
+def phoenix_reads(value: Any, model: type[ChatMessage] = ChatMessage) -> list[Any]:
+    """The messages as a viewer validating the conventions' schema gets them."""
+    assert isinstance(value, str), value  # a JSON string attribute
+    messages = TypeAdapter(list[model]).validate_json(value)  # type: ignore[valid-type]
+    for message in messages:
+        assert message.role in ("system", "user", "assistant", "tool")
+        for part in message.parts:  # a known part type must be that part, whole
+            assert type(part) is KNOWN.get(part.type, GenericPart), part
+    return messages
+
+
+def lookup(city: str) -> str:
+    """The weather in a city."""
+    return f"rainy in {city}, 14 C"
+
+
+async def test_chat_spans_reach_a_receiver_with_tool_results_and_call_arguments(
+    receiver: OTLPReceiver,
+) -> None:
+    fake = FakeAnthropicAPI(
+        [tool_use("lookup", {"city": "Paris"}, text="Let me look."), text("It is rainy.")]
+    )
+    agent = Agent(name="weather", tools=[lookup], client=fake.client())
+    groundswell_otel.instrument()
+    try:
+        await agent.run("Weather in Paris?")
+    finally:
+        groundswell_otel.uninstrument()
+    chats = sorted(
+        (s for s in receiver.spans if s.name.startswith("chat ")), key=lambda s: s.start_ns
+    )
+    assert len(chats) == 2
+    call_id = fake.requests[1].messages[1]["content"][1]["id"]
+
+    first_out = phoenix_reads(chats[0].attributes["gen_ai.output.messages"], OutputMessage)
+    assert first_out[0].finish_reason == "tool_use"
+    calls = [p for p in first_out[0].parts if isinstance(p, ToolCallRequestPart)]
+    assert [(c.id, c.name, c.arguments) for c in calls] == [(call_id, "lookup", {"city": "Paris"})]
+
+    (asked,) = phoenix_reads(chats[0].attributes["gen_ai.input.messages"])
+    assert asked.role == "user" and asked.parts == [
+        TextPart(type="text", content="Weather in Paris?")
+    ]
+
+    second_in = phoenix_reads(chats[1].attributes["gen_ai.input.messages"])
+    assert [m.role for m in second_in] == ["user", "assistant", "tool"]
+    said, called = second_in[1].parts
+    assert isinstance(said, TextPart) and said.content == "Let me look."
+    assert isinstance(called, ToolCallRequestPart) and called.arguments == {"city": "Paris"}
+    (result,) = second_in[2].parts
+    assert isinstance(result, ToolCallResponsePart)
+    assert (result.id, result.response) == (call_id, "rainy in Paris, 14 C")
+    # The last answer, and the agent's input and output, read as well.
+    phoenix_reads(chats[1].attributes["gen_ai.output.messages"], OutputMessage)
+    (agent_span,) = [s for s in receiver.spans if s.name == "invoke_agent weather"]
+    phoenix_reads(agent_span.attributes["gen_ai.input.messages"])
+    phoenix_reads(agent_span.attributes["gen_ai.output.messages"], OutputMessage)
+    # The service is the one OTEL_SERVICE_NAME names, and Phoenix's project follows it.
+    for span in receiver.spans:
+        assert span.resource["service.name"] == "otlp-test"
+        assert span.resource["openinference.project.name"] == "otlp-test"
+
+
+@pytest.mark.parametrize(
+    ("env", "service", "project", "extra"),
+    [
+        ({}, "groundswell", "groundswell", {}),
+        ({"OTEL_SERVICE_NAME": "billing"}, "billing", "billing", {}),
+        (
+            {"OTEL_RESOURCE_ATTRIBUTES": "service.name=billing,deployment.environment=prod"},
+            "billing",
+            "billing",
+            {"deployment.environment": "prod"},
+        ),
+        (
+            {
+                "OTEL_SERVICE_NAME": "billing",
+                "OTEL_RESOURCE_ATTRIBUTES": "openinference.project.name=agents",
+            },
+            "billing",
+            "agents",
+            {},
+        ),
+    ],
+    ids=["default", "service-name", "resource-attributes", "own-project"],
+)
+def test_the_resource_comes_from_the_standard_variables(
+    monkeypatch: pytest.MonkeyPatch,
+    env: dict[str, str],
+    service: str,
+    project: str,
+    extra: dict[str, str],
+) -> None:
+    monkeypatch.delenv("OTEL_SERVICE_NAME", raising=False)
+    monkeypatch.delenv("OTEL_RESOURCE_ATTRIBUTES", raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    attributes = groundswell_otel.otlp_resource().attributes
+    assert attributes["service.name"] == service
+    assert attributes["openinference.project.name"] == project
+    assert {k: attributes[k] for k in extra} == extra
+    assert json.dumps(dict(attributes))  # plain values only

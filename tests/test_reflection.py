@@ -446,6 +446,92 @@ async def test_llm_strategy_deciding_not_to_retry_stops() -> None:
     assert entry.should_retry is False and entry.reason.startswith("Hopeless.")
 
 
+CRITIC_SYSTEM = "You review a failed attempt"
+
+
+class CriticFails:
+    """The judge answers BAD then GOOD; the critic (the llm strategy's call) answers ``critic``."""
+
+    def __init__(self, critic: Any) -> None:
+        self.critic = critic
+        self.judge = iter([json_reply(BAD), json_reply(GOOD)])
+
+    def __call__(self, request: Any) -> Any:
+        if CRITIC_SYSTEM in str(request.system or ""):
+            return self.critic
+        return next(self.judge)
+
+
+@pytest.mark.parametrize(
+    ("critic", "error_type", "critic_status"),
+    [
+        (error(500, "the critic's server is down"), "ModelAPIError", "failed"),
+        (text("I think the score was wrong, sorry."), "ResponseValidationError", "failed"),
+        # It answered, asking for a retry with nothing to apply.
+        (json_reply(analysis(analysis=" ", guidance="")), "ValueError", "completed"),
+    ],
+    ids=["api-error", "garbage-json", "nothing-usable"],
+)
+async def test_a_failing_llm_critic_falls_back_to_feedback_and_the_prompt_succeeds(
+    critic: Any, error_type: str, critic_status: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    fake = FakeAnthropicAPI(CriticFails(critic))
+    agent = agent_for(fake, enable_reflection=True, max_retries=0)
+    result = await agent.run(JUDGE)
+
+    assert result.output == Verdict(**GOOD)
+    ask, retry = fake.requests[1], fake.requests[2]
+    assert CRITIC_SYSTEM in str(ask.system)
+    # The retry is the feedback strategy's: the error fed back, no analysis.
+    assert [m["role"] for m in retry.messages] == ["user", "assistant", "user"]
+    feedback = retry.last_user_text()
+    assert "score: Input should be a valid integer" in feedback and "Reflection:" not in feedback
+    root = result.tree.root
+    assert shape(root) == [
+        "prompt:judge:failed",
+        "reflection:judge:completed",
+        "prompt:judge:completed",
+    ]
+    reflection = root.children[1]
+    assert shape(reflection) == [f"prompt:judge.reflection:{critic_status}"]
+    (event,) = [e for e in reflection.events if e["type"] == "strategy_fallback"]
+    assert event["wanted"] == "llm" and event["used"] == "feedback"
+    assert event["error"]["type"] == error_type
+    assert reflection.payload["output"]["should_retry"] is True
+    (entry,) = agent.reflection_history
+    assert entry.strategy == "feedback" and entry.node_id == reflection.id
+    assert "retrying with feedback instead" in caplog.text
+
+
+async def test_a_failing_workflow_critic_falls_back_to_feedback_and_the_step_runs_again() -> None:
+    fake = FakeAnthropicAPI([error(500, "the critic's server is down")])
+    critic = agent_for(fake, name="critic", max_retries=0)
+    seen: list[str] = []
+
+    @workflow(enable_reflection=True, reflection_agent=critic)
+    async def wf(ctx: WorkflowContext) -> str:
+        def load() -> str:
+            last = ctx.reflection.last
+            seen.append(last.strategy if last is not None else "-")
+            if last is None:
+                raise ValueError("the service was busy")
+            return last.reason
+
+        return await ctx.step("load", load)
+
+    result = await wf.run()
+    assert result.output == "ValueError: the service was busy" and seen == ["-", "feedback"]
+    assert shape(result.node) == [
+        "step:load:failed",
+        "reflection:load:completed",
+        "step:load:completed",
+    ]
+    reflection = result.node.children[1]
+    assert [e["used"] for e in reflection.events if e["type"] == "strategy_fallback"] == [
+        "feedback"
+    ]
+
+
 async def test_prompt_level_enable_on_a_non_reflecting_agent() -> None:
     fake = FakeAnthropicAPI([json_reply(BAD), json_reply(GOOD), json_reply(BAD), json_reply(GOOD)])
     agent = agent_for(fake, reflection=ReflectionConfig(enabled=False, strategy="feedback"))

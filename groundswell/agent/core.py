@@ -12,13 +12,16 @@ import asyncio
 import contextlib
 import inspect
 import os
+import types
+import typing
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from typing import Any, TypeVar, overload
+from typing import Any, Generic, TypeAlias, TypeVar, overload
 
 import anthropic
 from pydantic import BaseModel
 
 from .._serialize import register_secret
+from ..blocking import run_blocking
 from ..budget import TokenBudget, check_budget
 from ..cache import Cache, ToolCachePolicy
 from ..claude_hooks import check_hooks
@@ -30,24 +33,26 @@ from ..prompt import NO_OVERRIDES, Prompt, PromptOverrides, check_cache_name
 from ..reflection import ReflectionConfig, ReflectionEntry, resolve_config
 from ..run_context import Frame, current_frame, new_run_tree, reset_frame, set_frame
 from ..settings_check import check_flag, check_settings
-from ..tools import check_cache_policy, check_skills, check_timeout, check_tools
+from ..tools import DepsT, check_cache_policy, check_skills, check_timeout, check_tools
 from ..tree import NodeStatus, NodeType
 from .loop import run_prompt
 from .middleware import Layer, default_layers, layers_for, merge, resolve
 from .overrides import Forced, check, check_client, forced_for, override_agent
 from .overrides import merge as merge_overrides
-from .run import PromptResult, PromptRun, StreamEvent
+from .run import PromptResult, PromptRun, StreamEvent, check_history
 
 __all__ = ["DEFAULT_MODEL", "Agent", "create_agent"]
 
 T = TypeVar("T")
+#: ``message_history``: Messages API message dicts, oldest first (e.g. ``result.messages``).
+History: TypeAlias = Sequence[Mapping[str, Any]]
 # claude-sonnet-4-5 reaches end-of-life on 2026-11-30 (the SDK warns); 4-6 is current.
 DEFAULT_MODEL = os.environ.get("GROUNDSWELL_MODEL", "claude-sonnet-4-6")
 # Prompt fields that, when set, win over the agent's.
 _PROMPT_FIELDS = ("system", "tools", "mcps", "skills", "hooks")
 
 
-class Agent:
+class Agent(Generic[DepsT]):
     """An LLM agent: a model, instructions, tools and hooks, with typed results.
 
     Every Messages API request field is accepted by its API name (``model``,
@@ -66,6 +71,9 @@ class Agent:
     callables taking a `ContextRequest`) whose text is added to the system
     prompt of every prompt. ``middleware`` adds agent middleware (registered
     names or `Middleware` instances) to the default ones.
+    ``deps_type`` (a class) is the type of the ``deps`` object every call must
+    pass (``agent.prompt(p, deps=shop)``), which tools get as ``ctx.deps``
+    (``ToolContext[Shop]``); a call with deps of another type is refused.
     Options that plugins declare (``register_agent_options``) are accepted as
     keywords too, e.g. ``history=True`` (session history) or ``spawnable=``
     and ``prompt_templates=`` (introspection); they are in ``agent.options``.
@@ -107,6 +115,7 @@ class Agent:
         reflection: ReflectionConfig | None = None,
         context: Sequence[Any] | None = None,
         middleware: Sequence[Any] | None = None,
+        deps_type: type[DepsT] | None = None,
         client: anthropic.AsyncAnthropic | None = None,
         **options: Any,
     ) -> None:
@@ -202,6 +211,9 @@ class Agent:
         #: value given, else the option's default.
         self.options: dict[str, Any] = _check_options(options, owner)
         self._middleware: tuple[Layer, ...] = resolve(middleware, owner)
+        #: The type of the ``deps`` every call passes (``None``: any deps, or none).
+        self.deps_type = deps_type
+        self._deps_ok = _deps_check(deps_type, owner) if deps_type is not None else None
         # (the default layers it was merged with, the merged and sorted candidates)
         self._layers: tuple[tuple[Layer, ...], tuple[Layer, ...]] | None = None
         self._client = client
@@ -250,7 +262,9 @@ class Agent:
             except anthropic.AnthropicError as exc:
                 raise ConfigurationError(
                     f"agent {self.name!r} has no client: {exc}. Set ANTHROPIC_API_KEY, or pass "
-                    "client=... (offline: groundswell.testing.FakeAnthropicAPI().client())"
+                    "client=... (offline: groundswell.testing.FakeAnthropicAPI().client(); in "
+                    "a test: the fake_agents fixture, groundswell.testing.use_fake() or "
+                    "agent.override(client=...))"
                 ) from exc
             if isinstance(self._client.api_key, str):
                 register_secret(self._client.api_key)
@@ -276,37 +290,133 @@ class Agent:
     # -- public API -----------------------------------------------------------------
 
     @overload
-    async def prompt(self, prompt: Prompt[T], overrides: PromptOverrides | None = None) -> T: ...
+    async def prompt(
+        self,
+        prompt: Prompt[T],
+        overrides: PromptOverrides | None = None,
+        *,
+        message_history: History | None = None,
+        deps: DepsT | None = None,
+    ) -> T: ...
     @overload
-    async def prompt(self, prompt: str, overrides: PromptOverrides | None = None) -> str: ...
+    async def prompt(
+        self,
+        prompt: str,
+        overrides: PromptOverrides | None = None,
+        *,
+        message_history: History | None = None,
+        deps: DepsT | None = None,
+    ) -> str: ...
 
     async def prompt(
-        self, prompt: Prompt[Any] | str, overrides: PromptOverrides | None = None
+        self,
+        prompt: Prompt[Any] | str,
+        overrides: PromptOverrides | None = None,
+        *,
+        message_history: History | None = None,
+        deps: DepsT | None = None,
     ) -> Any:
         """Run the prompt to completion and return its validated output.
 
         Returns a ``response_format`` instance, or the text when there is none.
+        ``message_history`` (an earlier result's ``messages``) is the conversation
+        this prompt continues: it is sent before the new user turn. ``deps`` is
+        the object tools get as ``ctx.deps``.
         Raises `ModelAPIError`, `ResponseValidationError`,
         `MaxTurnsExceeded`, `ConfigurationError`.
         """
-        return (await self.run(prompt, overrides)).output
+        result = await self.run(prompt, overrides, message_history=message_history, deps=deps)
+        return result.output
+
+    @overload
+    async def run(
+        self,
+        prompt: Prompt[T],
+        overrides: PromptOverrides | None = None,
+        *,
+        message_history: History | None = None,
+        deps: DepsT | None = None,
+    ) -> PromptResult[T]: ...
+    @overload
+    async def run(
+        self,
+        prompt: str,
+        overrides: PromptOverrides | None = None,
+        *,
+        message_history: History | None = None,
+        deps: DepsT | None = None,
+    ) -> PromptResult[str]: ...
 
     async def run(
-        self, prompt: Prompt[Any] | str, overrides: PromptOverrides | None = None
+        self,
+        prompt: Prompt[Any] | str,
+        overrides: PromptOverrides | None = None,
+        *,
+        message_history: History | None = None,
+        deps: DepsT | None = None,
     ) -> PromptResult[Any]:
-        """Like `prompt`, but returns a `PromptResult` with the tree and usage."""
-        return await self._execute(_as_prompt(prompt), overrides or NO_OVERRIDES, None)
+        """Like `prompt`, but returns a `PromptResult` with the tree, usage and messages."""
+        history = self._check_call(message_history, deps)
+        return await self._execute(
+            _as_prompt(prompt), overrides or NO_OVERRIDES, None, history, deps
+        )
+
+    @overload
+    def run_sync(
+        self,
+        prompt: Prompt[T],
+        overrides: PromptOverrides | None = None,
+        *,
+        message_history: History | None = None,
+        deps: DepsT | None = None,
+    ) -> PromptResult[T]: ...
+    @overload
+    def run_sync(
+        self,
+        prompt: str,
+        overrides: PromptOverrides | None = None,
+        *,
+        message_history: History | None = None,
+        deps: DepsT | None = None,
+    ) -> PromptResult[str]: ...
+
+    def run_sync(
+        self,
+        prompt: Prompt[Any] | str,
+        overrides: PromptOverrides | None = None,
+        *,
+        message_history: History | None = None,
+        deps: DepsT | None = None,
+    ) -> PromptResult[Any]:
+        """`run` for code that is not async (scripts, notebook cells without ``await``).
+
+        Blocks until the prompt ends and returns its `PromptResult` (``.output``
+        is what `prompt` returns). Each thread runs these on one event loop of its
+        own, reused by its later calls. Inside a running event loop it raises
+        `ConfigurationError`: use ``await agent.run(...)`` there.
+        """
+        return run_blocking(
+            lambda: self.run(prompt, overrides, message_history=message_history, deps=deps),
+            caller=f"agent {self.name!r}: run_sync()",
+            instead="await agent.run(...)",
+        )
 
     async def stream(
-        self, prompt: Prompt[Any] | str, overrides: PromptOverrides | None = None
+        self,
+        prompt: Prompt[Any] | str,
+        overrides: PromptOverrides | None = None,
+        *,
+        message_history: History | None = None,
+        deps: DepsT | None = None,
     ) -> AsyncIterator[StreamEvent]:
         """Run the prompt, yielding deltas and tool activity; the last event is ``result``."""
+        history = self._check_call(message_history, deps)
         queue: asyncio.Queue[StreamEvent | BaseException | None] = asyncio.Queue()
 
         async def produce() -> None:
             try:
                 result = await self._execute(
-                    _as_prompt(prompt), overrides or NO_OVERRIDES, queue.put_nowait
+                    _as_prompt(prompt), overrides or NO_OVERRIDES, queue.put_nowait, history, deps
                 )
                 queue.put_nowait(StreamEvent("result", result=result.output))
             except BaseException as exc:
@@ -329,10 +439,16 @@ class Agent:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
 
-    async def reflect(self, prompt: Prompt[T] | str, overrides: PromptOverrides | None = None) -> T:
+    async def reflect(
+        self,
+        prompt: Prompt[T] | str,
+        overrides: PromptOverrides | None = None,
+        *,
+        deps: DepsT | None = None,
+    ) -> T:
         """Answer, then critique and revise that answer; returns the revised output.
 
-        Both passes are prompt nodes under one ``reflection`` node.
+        Both passes are prompt nodes under one ``reflection`` node (and get ``deps``).
         """
         p = _as_prompt(prompt)
         frame = current_frame()
@@ -344,7 +460,7 @@ class Agent:
             Frame(tree, node, frame.workflow, frame.agent) if frame else Frame(tree, node)
         )
         try:
-            first = await self.prompt(p, overrides)
+            first = await self.prompt(p, overrides, deps=deps)
             answer = first.model_dump_json() if isinstance(first, BaseModel) else str(first)
             revision = p.with_(
                 user=(
@@ -353,7 +469,7 @@ class Agent:
                     "unclear parts. Then reply with a complete, corrected answer in the same format."
                 )
             )
-            revised = await self.prompt(revision, overrides)
+            revised = await self.prompt(revision, overrides, deps=deps)
         except BaseException as exc:
             tree.end_node_after(node, exc)
             raise
@@ -380,6 +496,24 @@ class Agent:
             register_mcp_secrets(given.get("mcps") or [])
         return settings
 
+    def _check_call(self, history: Any, deps: Any) -> tuple[dict[str, Any], ...]:
+        """A call's ``message_history`` as checked messages; refuses deps of the wrong type."""
+        ok = self._deps_ok
+        if ok is not None and not ok(deps):
+            expected = _type_name(self.deps_type)
+            if deps is None:
+                raise ConfigurationError(
+                    f"agent {self.name!r} declares deps_type={expected}: pass deps=... (a "
+                    f"{expected}) to prompt(), run(), stream() or run_sync()"
+                )
+            raise ConfigurationError(
+                f"agent {self.name!r}: deps must be a {expected} (its deps_type), got "
+                f"{type(deps).__name__} {deps!r:.60}"
+            )
+        if history is None:
+            return ()
+        return check_history(history, f"agent {self.name!r}")
+
     def _candidates(self, overrides: PromptOverrides) -> tuple[Layer, ...]:
         defaults = default_layers()
         known = self._layers
@@ -394,6 +528,8 @@ class Agent:
         prompt: Prompt[Any],
         overrides: PromptOverrides,
         emit: Callable[[StreamEvent], None] | None,
+        history: tuple[dict[str, Any], ...] = (),
+        deps: Any = None,
     ) -> PromptResult[Any]:
         forced: Forced | None = forced_for(self)
         if forced is not None and forced.settings is not None:
@@ -410,8 +546,33 @@ class Agent:
             client=client,
             workflow=outer.workflow if outer else None,
             emit=emit,
+            history=history,
+            deps=deps,
         )
-        return await run_prompt(run, layers_for(run, self._candidates(overrides)))
+        if not history:
+            return await run_prompt(run, layers_for(run, self._candidates(overrides)))
+        # How many, never what: the messages themselves stay out of the tree.
+        run.payload["message_history"] = len(history)
+        result = await run_prompt(run, layers_for(run, self._candidates(overrides)))
+        # The conversation as last sent (a budget may have dropped some of it), then this prompt's.
+        result.messages = [*run.history, *result.messages]
+        return result
+
+    async def __aenter__(self) -> Agent[DepsT]:
+        """``async with agent:`` keeps its local MCP servers running for the prompts inside.
+
+        Each server starts on the first prompt that needs it and stops when the
+        block ends (`groundswell.mcp_session`); prompts outside start their own.
+        """
+        from ..mcp_session import enter_session
+
+        enter_session(self)
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        from ..mcp_session import exit_session
+
+        await exit_session(self)
 
     def __repr__(self) -> str:
         return f"Agent({self.name!r}, model={self.config['model']!r})"
@@ -441,6 +602,36 @@ def _check_options(given: Mapping[str, Any], owner: str) -> dict[str, Any]:
 
 
 _OWN_PARAMETERS = frozenset(inspect.signature(Agent.__init__).parameters) - {"self", "options"}
+
+
+def _deps_check(expected: Any, owner: str) -> Callable[[Any], bool]:
+    """Whether a deps object is of type ``expected`` (a class, a generic alias or a union)."""
+    if expected is Any or expected is object:
+        return lambda value: True
+    if expected is None or expected is type(None):
+        return lambda value: value is None
+    origin = typing.get_origin(expected)
+    if origin is typing.Union or origin is types.UnionType:
+        checks = [_deps_check(arg, owner) for arg in typing.get_args(expected)]
+        return lambda value: any(check(value) for check in checks)
+    runtime = origin if isinstance(origin, type) else expected
+    if not isinstance(runtime, type):
+        raise ConfigurationError(
+            f"{owner}: deps_type must be a class (the type of the deps object each call "
+            f"passes, which tools get as ctx.deps), got {expected!r:.60}"
+        )
+    try:
+        isinstance(None, runtime)
+    except TypeError as exc:  # e.g. a Protocol that is not runtime_checkable
+        raise ConfigurationError(
+            f"{owner}: deps_type={_type_name(expected)} cannot be checked with isinstance "
+            f"({exc}); give a class"
+        ) from None
+    return lambda value: isinstance(value, runtime)
+
+
+def _type_name(expected: Any) -> str:
+    return expected.__qualname__ if isinstance(expected, type) else repr(expected)
 
 
 def _as_prompt(prompt: Prompt[Any] | str) -> Prompt[Any]:

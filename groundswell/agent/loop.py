@@ -21,7 +21,7 @@ from ..errors import (
     ResponseValidationError,
     ToolError,
 )
-from ..model import api_error, call_model, is_retryable_stream_error, parse_output
+from ..model import api_error, call_model, is_retryable_stream_error
 from ..run_context import Frame, current_frame, reset_frame, set_frame
 from ..tools import ToolContext, ToolFailed, tool_error_text, tool_result_content
 from ..tree import NodeStatus, NodeType
@@ -116,12 +116,12 @@ async def _attempt(run: PromptRun, layers: Layers) -> PromptResult[Any]:
     """One attempt of the prompt: its ``prompt`` node, conversation and inner layers."""
     agent, prompt, tree = run.agent, run.prompt, run.tree
     settings = run.base_settings
-    fmt = prompt.response_format
+    fmt = prompt.output_type
     payload: dict[str, Any] = {
         "agent": agent.name,
         "model": settings["model"],
         "user": prompt.user,
-        "response_format": fmt.__name__ if fmt is not None else None,
+        "response_format": fmt.name if fmt is not None else None,  # e.g. "list[Quote]"
     }
     if prompt.data is not None:
         payload["data"] = prompt.data
@@ -227,7 +227,8 @@ async def _turns(run: PromptRun, layers: Layers) -> PromptResult[Any]:
             tree.add_event(node, "truncated", max_tokens=run.settings["max_tokens"])
         text = "".join(b.get("text", "") for b in content if b.get("type") == "text")
         try:
-            output = parse_output(text, run.prompt.response_format)
+            fmt = run.prompt.output_type
+            output = text if fmt is None else fmt.parse(text)
         except ResponseValidationError as exc:
             if message.stop_reason == "max_tokens":
                 exc.args = (
@@ -317,7 +318,9 @@ async def model_turn(run: PromptRun, params: dict[str, Any]) -> Any:
             # The SDK only notices a missing key when the request is built.
             missing = ConfigurationError(
                 f"agent {run.agent.name!r} has no API key: set ANTHROPIC_API_KEY, or pass "
-                "client=... (offline: groundswell.testing.FakeAnthropicAPI().client())"
+                "client=... (offline: groundswell.testing.FakeAnthropicAPI().client(); in a "
+                "test: the fake_agents fixture, groundswell.testing.use_fake() or "
+                "agent.override(client=...))"
             )
             tree.end_node(node, NodeStatus.FAILED, error=missing)
             raise missing from exc
@@ -445,6 +448,7 @@ async def _run_tool(run: PromptRun, call: ToolCall) -> Any:
         tool_use_id=call.id,
         env=run.settings.get("env") or {},
         node_id=call.node.id,
+        deps=run.deps,
     )
     return await handler.invoke(call.input, context)
 

@@ -3,13 +3,14 @@
 A `PromptRun` is created for every ``agent.prompt()`` / ``run()`` / ``stream()``
 call and passed to every middleware seam. It lives for the whole prompt, all
 its attempts included; the kernel refreshes the per-attempt parts (``node``,
-``settings``, ``messages``, ``system``, ``tools``, ``usage``) when an attempt
-starts, and ``scratch`` is kept across attempts for middleware's own state.
+``settings``, ``messages``, ``history``, ``system``, ``tools``, ``usage``) when
+an attempt starts, and ``scratch`` is kept across attempts for middleware's own
+state.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     from ..workflow import WorkflowContext
     from .core import Agent
 
-__all__ = ["PromptResult", "PromptRun", "StreamEvent", "ToolCall", "Toolbox"]
+__all__ = ["PromptResult", "PromptRun", "StreamEvent", "ToolCall", "Toolbox", "check_history"]
 
 T = TypeVar("T")
 
@@ -53,7 +54,14 @@ class StreamEvent:
 
 @dataclass
 class PromptResult(Generic[T]):
-    """What `Agent.run` returns: the output plus where it sits in the tree."""
+    """What `Agent.run` returns: the output plus where it sits in the tree.
+
+    ``messages`` is the whole conversation, Messages API message dicts oldest
+    first: the ``message_history`` the call continued (as last sent, so less
+    when a token budget dropped some of it), the user turn, tool calls and
+    results, and the final assistant turn. Pass it as ``message_history`` to
+    continue the conversation.
+    """
 
     output: T
     tree: EventTree
@@ -169,18 +177,24 @@ class PromptRun:
     attempt's ``prompt`` node; ``messages``, ``system`` and ``tools`` the
     conversation the next model turn sends; ``usage`` the attempt's token usage;
     ``scratch`` a dict where a middleware keeps its own per-prompt state (use
-    your middleware's name as a key prefix).
+    your middleware's name as a key prefix). ``history`` is the earlier
+    conversation the call continues (``message_history``), sent before
+    ``messages`` (whose first message is always this prompt's user turn);
+    ``deps`` the call's dependencies object, which tools get as ``ctx.deps``.
     """
 
     __slots__ = (
         "_continuation",
         "_deferred",
         "_emit",
+        "_given_history",
         "_node",
         "agent",
         "attempt",
         "base_settings",
         "client",
+        "deps",
+        "history",
         "messages",
         "overrides",
         "payload",
@@ -207,6 +221,8 @@ class PromptRun:
         client: anthropic.AsyncAnthropic,
         workflow: WorkflowContext | None,
         emit: Callable[[StreamEvent], None] | None,
+        history: tuple[dict[str, Any], ...] = (),
+        deps: Any = None,
     ) -> None:
         self.agent = agent
         self.prompt = prompt
@@ -221,6 +237,12 @@ class PromptRun:
         self._emit = emit
         self._node: EventNode | None = None
         self.messages: list[dict[str, Any]] = []
+        #: The earlier conversation (``message_history``) sent before ``messages``; a
+        #: token budget may drop turns of it (for this attempt: each starts from all of it).
+        self.history: list[dict[str, Any]] = list(history)
+        self._given_history = history
+        #: The call's ``deps`` (``None`` when it passed none); tools get it as ``ctx.deps``.
+        self.deps = deps
         self.system: Any = None
         self.tools = Toolbox()
         self.usage: dict[str, int] = {}
@@ -263,10 +285,14 @@ class PromptRun:
             self._emit(event)
 
     def request(self) -> dict[str, Any]:
-        """The Messages API request the next model turn would send (before ``before_model``)."""
+        """The Messages API request the next model turn would send (before ``before_model``).
+
+        Its ``messages`` are ``history`` then ``messages`` (``messages`` itself when
+        there is no history).
+        """
         return build_request(
             self.settings,
-            self.messages,
+            [*self.history, *self.messages] if self.history else self.messages,
             tools=self.tools.definitions,
             system=self.system,
             response_format=self.prompt.response_format,
@@ -313,6 +339,8 @@ class PromptRun:
             self.tools = Toolbox()
             self._deferred = []
             self._continuation = None
+            if self._given_history:
+                self.history = list(self._given_history)
         self._node = node
         self.settings = dict(self.base_settings)
         self.system = self.settings.get("system")
@@ -335,3 +363,106 @@ class PromptRun:
 
     def __repr__(self) -> str:
         return f"PromptRun(agent={self.agent.name!r}, attempt={self.attempt})"
+
+
+_MESSAGE_KEYS = frozenset({"role", "content"})
+
+
+def check_history(history: Any, owner: str) -> tuple[dict[str, Any], ...]:
+    """``message_history`` as message dicts, checked: a conversation a new user turn can follow.
+
+    Messages API message dicts (``role`` ``"user"`` or ``"assistant"``, ``content`` a
+    non-empty string or list of content blocks), oldest first: the first a user turn,
+    the last an assistant turn, never two user turns in a row (an assistant turn may
+    span several messages, as a paused turn does), every ``tool_use`` answered by the
+    ``tool_result`` blocks of the next message and every ``tool_result`` answering one.
+    `PromptResult.messages` is such a list. Raises `ConfigurationError` naming the first
+    message that breaks a rule.
+    """
+    where = f"{owner}: message_history"
+    if isinstance(history, str | bytes | Mapping) or not isinstance(history, Sequence):
+        hint = ", not the result" if isinstance(history, PromptResult) else ""
+        raise ConfigurationError(
+            f"{where} must be a list of Messages API message dicts "
+            f"({{'role': 'user' or 'assistant', 'content': ...}}), e.g. result.messages{hint}; "
+            f"got {type(history).__name__}"
+        )
+    checked: list[dict[str, Any]] = []
+    previous: str | None = None
+    asked: set[str] = set()  # the tool_use ids the assistant turn before asked for
+    for i, message in enumerate(history):
+        at = f"{where}[{i}]"
+        if not isinstance(message, Mapping):
+            raise ConfigurationError(
+                f"{at} must be a message dict {{'role': ..., 'content': ...}}, "
+                f"got {type(message).__name__}"
+            )
+        unknown = sorted(map(str, message.keys() - _MESSAGE_KEYS))
+        role = message.get("role")
+        if unknown or role not in ("user", "assistant"):
+            why = (
+                f"has keys a message does not take: {', '.join(unknown)}"
+                if unknown
+                else f"role must be 'user' or 'assistant', got {role!r:.40}"
+            )
+            raise ConfigurationError(f"{at} {why}")
+        blocks = _content_blocks(message.get("content"), at)
+        if previous is None and role != "user":
+            raise ConfigurationError(f"{where} must start with a user turn; [0] is {role!r}")
+        if role == "user":
+            if previous == "user":
+                raise ConfigurationError(
+                    f"{where}[{i - 1}] and [{i}] are both user turns; user and assistant "
+                    "turns must alternate"
+                )
+            answered = {str(b.get("tool_use_id")) for b in blocks if b["type"] == "tool_result"}
+            if answered != asked:
+                missing, stray = sorted(asked - answered), sorted(answered - asked)
+                raise ConfigurationError(
+                    f"{at} "
+                    + (
+                        f"does not answer the tool calls of the turn before (tool_use ids "
+                        f"{', '.join(missing)}): a tool_use must be followed by its tool_result"
+                        if missing
+                        else f"has tool_result blocks for tool_use ids the turn before did "
+                        f"not ask for: {', '.join(stray)}"
+                    )
+                )
+            asked = set()
+        else:
+            if asked:
+                raise ConfigurationError(
+                    f"{where}[{i - 1}] calls tools (tool_use ids {', '.join(sorted(asked))}) "
+                    f"but [{i}] is not the user turn with their tool_result blocks"
+                )
+            asked = {str(b.get("id")) for b in blocks if b["type"] == "tool_use"}
+        previous = role
+        checked.append(dict(message))
+    if asked:
+        raise ConfigurationError(
+            f"{where} ends with tool calls (tool_use ids {', '.join(sorted(asked))}) that have "
+            "no tool_result; a conversation is continued after the model's answer"
+        )
+    if previous == "user":
+        raise ConfigurationError(
+            f"{where} must end with an assistant turn (the reply the new user turn follows); "
+            f"[{len(checked) - 1}] is a user turn"
+        )
+    return tuple(checked)
+
+
+def _content_blocks(content: Any, at: str) -> list[Mapping[str, Any]]:
+    """A message's content as blocks (a string is one text block); refused when malformed."""
+    if isinstance(content, str) and content:
+        return [{"type": "text", "text": content}]
+    if isinstance(content, list | tuple) and content:
+        for j, block in enumerate(content):
+            if not isinstance(block, Mapping) or not isinstance(block.get("type"), str):
+                raise ConfigurationError(
+                    f"{at}.content[{j}] must be a content block dict with a 'type' "
+                    f"('text', 'tool_use', 'tool_result', ...), got {block!r:.60}"
+                )
+        return list(content)
+    raise ConfigurationError(
+        f"{at}.content must be a non-empty string or list of content blocks, got {content!r:.60}"
+    )

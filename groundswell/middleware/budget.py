@@ -3,6 +3,13 @@
 The budget is the innermost one in force (overrides, step, agent, workflow;
 see `groundswell.budget.resolve_budget`); before each model turn the request
 is counted and, above the limit, made to fit by the budget's strategy.
+
+A prompt that continues a conversation (``message_history``) sends that
+history before its instruction. The history counts like everything else, and
+its turns (a user turn with the model's reply, and the tool calls it took) are
+dropped or summarized by the strategies like the prompt's own turns, oldest
+first; the instruction itself is never dropped, and what is left of the
+history still starts with a user turn.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ from typing import Any
 
 from ..agent import Agent, Middleware, PromptNext, PromptResult, PromptRun
 from ..budget import (
+    PLAIN,
     SUMMARIZER_SYSTEM,
     TokenBudget,
     Turn,
@@ -29,6 +37,7 @@ from ..budget import (
     with_summary,
 )
 from ..errors import TokenBudgetExceeded
+from ..model import output_type
 from ..prompt import Prompt, PromptOverrides
 from ..run_context import Frame, current_frame, reset_frame, set_frame
 from ..tokens import (
@@ -82,9 +91,15 @@ class Budget(Middleware):
         if enforcer is not None:
             # Trims the conversation itself (request["messages"] is it), so later
             # turns build on what was kept.
-            await enforcer.check(
-                request["messages"], request.get("system"), request.get("tools", [])
+            history = run.history
+            messages = request["messages"]
+            left = await enforcer.check(
+                messages, request.get("system"), request.get("tools", []), len(history)
             )
+            if history and left is not None:
+                # With a history the request's list is a new one: keep what it kept.
+                history[:] = messages[:left]
+                run.messages[:] = messages[left:]
         return request
 
 
@@ -151,10 +166,17 @@ class Enforcer:
         return size
 
     async def check(
-        self, messages: list[dict[str, Any]], system: Any, tools: Sequence[Mapping[str, Any]]
-    ) -> None:
+        self,
+        messages: list[dict[str, Any]],
+        system: Any,
+        tools: Sequence[Mapping[str, Any]],
+        history: int = 0,
+    ) -> int | None:
         """Record a warning, or make ``messages`` fit (in place), or raise
-        `TokenBudgetExceeded`."""
+        `TokenBudgetExceeded`. The first ``history`` messages are the earlier
+        conversation the prompt continues; returns how many of them are left
+        after making the request fit, or ``None`` when ``messages`` were left as
+        they were."""
         sizes = [self._size(m) for m in messages]
         fixed = system_tokens(system), tools_tokens(tools) + self.schema_tokens
         estimate = fixed[0] + fixed[1] + sum(sizes)
@@ -174,14 +196,15 @@ class Enforcer:
                     threshold=self.budget.warning_threshold,
                     used=round(total / self.limit, 4),
                 )
-            return
+            return None
         # Per-part figures come from the estimator, scaled to the counter's total
         # when the counter is exact, so they add up to what was counted.
         scale = total / estimate if estimate else 1.0
         scaled = [max(1, round(s * scale)) for s in sizes]
         fixed = round(fixed[0] * scale), round(fixed[1] * scale)
-        await self._enforce(messages, scaled, fixed, total)
+        left = await self._enforce(messages, scaled, fixed, total, history)
         self.warned = False  # the next crossing of the threshold is news again
+        return left
 
     async def _count(
         self,
@@ -211,11 +234,24 @@ class Enforcer:
         sizes: list[int],
         fixed: tuple[int, int],
         total: int,
-    ) -> None:
+        history: int,
+    ) -> int:
         budget, tree = self.budget, self.tree
         self.stats["enforcements"] += 1
-        head, turns = split_turns(messages, sizes, self._described)
-        parts = breakdown(fixed[0], fixed[1], messages, sizes, head)
+        if history:
+            # The instruction is messages[history:head]; the history's turns come first.
+            own, own_sizes = messages[history:], sizes[history:]
+            head, turns = split_turns(own, own_sizes, self._described)
+            parts = breakdown(fixed[0], fixed[1], own, own_sizes, head)
+            parts["history"] = sum(sizes[:history])
+            for turn in turns:
+                turn.start, turn.end = turn.start + history, turn.end + history
+            head += history
+            candidates = [*self._history_turns(messages, sizes, history), *turns]
+        else:
+            head, turns = split_turns(messages, sizes, self._described)
+            parts = breakdown(fixed[0], fixed[1], messages, sizes, head)
+            candidates = turns
         node = tree.start_node(
             NodeType.BUDGET,
             budget.strategy,
@@ -237,18 +273,26 @@ class Enforcer:
             if budget.strategy == "fail":
                 raise self._exceeded(parts, total, None)
             if budget.strategy == "sliding_window":
-                kept = sliding_window(turns, room)
+                kept = sliding_window(candidates, room)
             elif budget.strategy == "prune_oldest":
-                kept = prune_oldest(turns, room, budget.keep_last_turns)
+                kept = prune_oldest(candidates, room, budget.keep_last_turns)
             else:
-                kept, head_size = await self._summarize(messages, sizes, head, turns, room, node)
+                kept, head_size = await self._summarize(
+                    messages, sizes, (history, head), candidates, room, node
+                )
                 room = self.limit - fixed[0] - fixed[1] - head_size
             used = sum(t.tokens for t in kept)
+            # The latest of the prompt's own turns must stay (a history turn need not).
             if (turns and (not kept or kept[-1] is not turns[-1])) or used > room:
                 raise self._exceeded(parts, total, budget.strategy)
             alive = {id(t) for t in kept}
-            removed = [t for t in turns if id(t) not in alive]
-            keep = list(messages[:head]) + [m for t in kept for m in messages[t.start : t.end]]
+            removed = [t for t in candidates if id(t) not in alive]
+            earlier = [m for t in kept if t.start < history for m in messages[t.start : t.end]]
+            keep = [
+                *earlier,
+                *messages[history:head],
+                *(m for t in kept if t.start >= history for m in messages[t.start : t.end]),
+            ]
             after = self.limit - room + used
             node.payload["removed"] = [
                 {"messages": [t.start, t.end], "tokens": t.tokens, "kinds": t.kinds}
@@ -265,11 +309,41 @@ class Enforcer:
         node.metrics["tokens_after"] = after
         self.stats["last_tokens"] = after
         tree.end_node(node, NodeStatus.COMPLETED)
+        return len(earlier)
+
+    def _history_turns(
+        self, messages: list[dict[str, Any]], sizes: list[int], count: int
+    ) -> list[Turn]:
+        """The history (``messages[:count]``) as turns that each start at a user turn
+        answering no tool call: that turn, the model's reply and the tool calls it
+        took. Dropping the oldest leaves a history that still starts with a user turn."""
+        starts = [
+            i
+            for i in range(count)
+            if messages[i].get("role") == "user" and not _answers_tools(messages[i])
+        ]
+        if not starts or starts[0] != 0:
+            starts.insert(0, 0)
+        found: list[Turn] = []
+        for start, end in zip(starts, [*starts[1:], count], strict=True):
+            # The messages after the user turn are described as the prompt's own turns are.
+            _, inner = split_turns(messages[start:end], sizes[start:end], self._described)
+            found.append(
+                Turn(
+                    start,
+                    end,
+                    sum(sizes[start:end]),
+                    rank=max((t.rank for t in inner), default=PLAIN),
+                    kinds=["history", "user_text", *(k for t in inner for k in t.kinds)],
+                )
+            )
+        return found
 
     def _exceeded(self, parts: dict[str, int], total: int, strategy: str | None) -> Exception:
         detail = {**parts, "total": total, "limit": self.limit}
         largest = max(parts, key=lambda k: parts[k])
         budget = self.budget
+        history = "history" in parts
         budget_text = (
             f"the {self.limit}-token input limit (max_total={budget.max_total} - "
             f"reserve_for_output={self.reserve})"
@@ -285,6 +359,8 @@ class Enforcer:
                     f"the instruction and the last {budget.keep_last_turns} turns it keeps "
                     "(keep_last_turns)"
                 )
+            if history:
+                must += " (earlier turns of the message_history may go)"
             why = f"{strategy} cannot make the request fit: {must} alone exceed {budget_text}"
         advice = ["raise max_total", "reserve less for the output (or lower max_tokens)"]
         if strategy is None:
@@ -297,6 +373,8 @@ class Enforcer:
             advice.append("have the tools return less (one result cannot be cut)")
         elif largest in ("instruction", "system"):
             advice.append(f"shorten the {largest}")
+        elif largest == "history":
+            advice.append("continue from a shorter message_history")
         return TokenBudgetExceeded(
             f"agent {getattr(self.agent, 'name', '?')!r}: {why}; largest part: {largest} "
             f"({parts[largest]} tokens). To fix: {', or '.join(advice)}",
@@ -307,18 +385,20 @@ class Enforcer:
         self,
         messages: list[dict[str, Any]],
         sizes: list[int],
-        head: int,
+        instruction: tuple[int, int],
         turns: list[Turn],
         room: int,
         node: Any,
     ) -> tuple[list[Turn], int]:
         """Keep the latest turns that fit in three quarters of the room (at most
         ``keep_last_turns``, at least the latest), and replace the turns before them
-        with a summary in the instruction message; returns the turns kept and the
-        new instruction's size. Falls back to a sliding window, saying why on the
-        budget node, when there is nothing to summarize or no usable summary."""
+        with a summary in the instruction message (``messages[start:head]``); returns
+        the turns kept and the new instruction's size. Falls back to a sliding window,
+        saying why on the budget node, when there is nothing to summarize or no
+        usable summary."""
         keep = self.budget.keep_last_turns
-        head_size = sum(sizes[:head])
+        head = instruction[1]
+        head_size = sum(sizes[instruction[0] : head])
         # A quarter of the room is left for the summary itself.
         summary_room = room // 4
         recent = sliding_window(turns[-keep:], room - summary_room) or turns[-1:]
@@ -405,8 +485,17 @@ class Enforcer:
         )
 
 
+def _answers_tools(message: Mapping[str, Any]) -> bool:
+    """True for a user turn that holds tool results (it cannot start a conversation)."""
+    content = message.get("content")
+    return not isinstance(content, str) and any(
+        isinstance(b, Mapping) and b.get("type") == "tool_result" for b in content or ()
+    )
+
+
 def _schema_of(response_format: Any) -> Any:
     try:
-        return response_format.model_json_schema()
-    except Exception:  # an odd model: its schema is counted as nothing
+        # The schema actually sent, for every output type (not only models).
+        return output_type(response_format).schema
+    except Exception:  # an odd type: its schema is counted as nothing
         return None

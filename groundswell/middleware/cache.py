@@ -10,9 +10,8 @@ under the first attempt's key as well, so the same call never fails first again.
 
 from __future__ import annotations
 
+import json
 from typing import Any
-
-from pydantic import BaseModel
 
 from ..agent import Middleware, PromptNext, PromptResult, PromptRun, ToolCall, ToolNext
 from ..cache import (
@@ -51,7 +50,9 @@ class AnswerCache(Middleware):
         cache = _backend(run)
         key = request_cache_key(run.agent.name, run.request())
         first = run.scratch.setdefault(_FIRST, (cache, key))
-        fmt = run.prompt.response_format
+        fmt = run.prompt.output_type
+        # Cached: a structured answer as JSON-ready data (validated again when read), text as is.
+        encode = fmt.dump if fmt is not None else _as_is
         produced: list[PromptResult[Any]] = []
 
         async def produce() -> Any:
@@ -62,27 +63,30 @@ class AnswerCache(Middleware):
             cache,
             key,
             produce,
-            encode=_encode,
-            decode=lambda value: fmt.model_validate(value) if fmt is not None else str(value),
+            encode=encode,
+            decode=fmt.load if fmt is not None else str,
             tree=run.tree,
             node=run.node,
             defer=run.defer,
         )
         if first != (cache, key):
-            tree, node, encoded = run.tree, run.node, _encode(output)
+            tree, node, encoded = run.tree, run.node, encode(output)
 
             async def remember() -> None:
                 await store_entry(first[0], first[1], encoded, tree, node)
 
             run.defer(remember)
         if hit:
-            return PromptResult(output=output, tree=run.tree, node=run.node, messages=run.messages)
+            # The cached answer as the assistant turn, so a conversation can go on from it.
+            text = output if fmt is None else json.dumps(encode(output), ensure_ascii=False)
+            reply = {"role": "assistant", "content": [{"type": "text", "text": str(text)}]}
+            messages = [*run.messages, reply]
+            return PromptResult(output=output, tree=run.tree, node=run.node, messages=messages)
         return produced[0]
 
 
-def _encode(output: Any) -> Any:
-    """A prompt's output as cached: validated models as JSON-ready dicts."""
-    return output.model_dump(mode="json") if isinstance(output, BaseModel) else output
+def _as_is(output: Any) -> Any:
+    return output
 
 
 class ToolResultCache(Middleware):

@@ -1,19 +1,20 @@
 """``Prompt(extract=...)``: extraction rules applied to the answer, stored in ``ctx.state``.
 
 Outside the answer cache (order 220), so an answer from the cache is
-extracted exactly like one from the model.
+extracted exactly like one from the model. A structured answer (any
+``response_format``) is searched as its compact JSON, a string answer
+(``str``, a string ``Literal`` or ``Enum``) as the string itself.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel
-
 from .._serialize import jsonable
 from ..agent import Middleware, PromptNext, PromptResult, PromptRun
 from ..errors import ExtractionError
 from ..extraction import Extract, extract_all
+from ..model import OutputType
 from ..tree import EventNode, EventTree, NodeStatus, NodeType
 
 __all__ = ["Extraction", "extract"]
@@ -30,18 +31,24 @@ class Extraction(Middleware):
 
     async def wrap_prompt(self, run: PromptRun, call_next: PromptNext) -> PromptResult[Any]:
         result = await call_next()
-        result.extracted = extract(run.prompt.rules, result.output, run.tree, run.node)
+        result.extracted = extract(
+            run.prompt.rules, result.output, run.tree, run.node, run.prompt.output_type
+        )
         if result.extracted and run.workflow is not None:
             run.workflow.state.update(result.extracted)
         return result
 
 
 def extract(
-    rules: tuple[Extract, ...], output: Any, tree: EventTree, node: EventNode
+    rules: tuple[Extract, ...],
+    output: Any,
+    tree: EventTree,
+    node: EventNode,
+    output_type: OutputType | None = None,
 ) -> dict[str, Any]:
-    """Apply ``rules`` to ``output``; returns the values by ``store_as``."""
+    """Apply ``rules`` to ``output`` (of ``output_type``); returns the values by ``store_as``."""
     # A structured answer is searched as its compact JSON, the same live or cached.
-    text = output.model_dump_json() if isinstance(output, BaseModel) else str(output)
+    text = output_type.text(output) if output_type is not None else str(output)
     about = [
         {
             "store_as": r.store_as,

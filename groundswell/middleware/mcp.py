@@ -1,8 +1,11 @@
 """``mcps=[...]``: local MCP servers (stdio or in-process) as tools, remote ones sent to the API.
 
-Local servers are connected for the prompt and closed after it; their tools
-are named ``mcp__<server>__<tool>`` and each call is an ``mcp_call`` node.
-Remote servers (``{"type": "url", ...}``) go to the request's ``mcp_servers``.
+Local servers are connected for the prompt and closed after it, or, inside
+``async with agent:``, taken from the agent's session (started once, kept
+until the block ends); each start is an ``mcp_connect`` node, their tools are
+named ``mcp__<server>__<tool>`` and each call is an ``mcp_call`` node. Remote
+servers (``{"type": "url", ...}``) go to the request's ``mcp_servers``, with
+the MCP-client beta and an ``mcp_toolset`` entry in ``tools`` for each.
 """
 
 from __future__ import annotations
@@ -10,7 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..agent import Middleware, PromptNext, PromptResult, PromptRun
-from ..mcp_bridge import MCPBridge
+from ..mcp_bridge import MCPBridge, remote_request
+from ..mcp_session import session_for
 
 __all__ = ["MCPServers"]
 
@@ -25,10 +29,17 @@ class MCPServers(Middleware):
         return bool(run.settings.get("mcps"))
 
     async def wrap_prompt(self, run: PromptRun, call_next: PromptNext) -> PromptResult[Any]:
-        bridge = MCPBridge(run.settings["mcps"], run.settings.get("env") or {})
+        settings = run.settings
+        bridge = MCPBridge(settings["mcps"], settings.get("env") or {}, session_for(run.agent))
         async with bridge:
             for tool in bridge.tools:
                 run.tools.add(tool)
             if bridge.remote:
-                run.settings["mcp_servers"] = list(bridge.remote)
+                servers, toolsets, betas = remote_request(
+                    bridge.remote, settings.get("betas"), run.tools.definitions
+                )
+                settings["mcp_servers"] = servers
+                settings["betas"] = betas
+                # Not through Toolbox.add: toolsets have no "name" to tell them apart by.
+                run.tools.definitions.extend(toolsets)
             return await call_next()

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..agent import Middleware, PromptNext, PromptResult, PromptRun, StreamEvent
+from ..model import RESULT_KEY, OutputType
 from ..prompt import Prompt, PromptOverrides
 from ..reflection import (
     AGENT_REFLECTABLE,
@@ -118,6 +119,10 @@ async def _attempts(
         )
         retry = _Retry.after(context, entry)
         run.retry_note, run.retry_messages = retry.note, retry.messages
+        # On the retry's prompt node: what it was told (OTel chat spans show it too).
+        run.payload["retry"] = (
+            {"note": retry.note} if retry.note is not None else {"messages": list(retry.messages)}
+        )
 
     return await retry_with_reflection(
         attempt,
@@ -146,11 +151,8 @@ class _Retry:
         ]
         if entry.reason and entry.reason != context.error_text:
             lines.append(f"Reflection: {entry.reason}")
-        wanted = context.prompt.response_format if context.prompt is not None else None
-        lines.append(
-            "Answer again, completely, fixing this"
-            + (f" (reply with JSON that fits the {wanted.__name__} schema)." if wanted else ".")
-        )
+        wanted = context.prompt.output_type if context.prompt is not None else None
+        lines.append("Answer again, completely, fixing this" + (_fits(wanted) if wanted else "."))
         feedback = "\n".join(lines)
         if context.output and context.output.strip():
             return cls(
@@ -160,6 +162,15 @@ class _Retry:
                 )
             )
         return cls(note=feedback)
+
+
+def _fits(wanted: OutputType) -> str:
+    if wanted.wrapped:
+        return (
+            f' (reply with JSON that fits the schema: an object whose "{RESULT_KEY}" is '
+            f"{wanted.name})."
+        )
+    return f" (reply with JSON that fits the {wanted.name} schema)."
 
 
 def _revised(

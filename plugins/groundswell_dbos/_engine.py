@@ -20,8 +20,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from dbos import DBOS, SetWorkflowID
+from dbos._error import DBOSAwaitedWorkflowCancelledError, DBOSConflictingWorkflowError
 
 from groundswell import (
+    ConfigurationError,
     EventNode,
     EventTree,
     NodeStatus,
@@ -202,6 +204,26 @@ def _recorded_error(failure: DurableRunFailed) -> WorkflowError:
     return error
 
 
+def _check_owner(tree: Any, call: WorkflowCall, workflow_id: str) -> None:
+    """Refuse the recorded run of another workflow that has the id the caller chose.
+
+    Every Groundswell run is the same DBOS workflow, so DBOS itself cannot tell them apart.
+    """
+    nodes = tree.get("nodes") if isinstance(tree, dict) else None
+    name = nodes[0].get("name") if nodes and isinstance(nodes[0], dict) else None
+    if name is not None and name != call.workflow.name:
+        raise ConfigurationError(
+            f"workflow {call.workflow.name!r}: the id {workflow_id!r} belongs to a run of "
+            f"workflow {name!r}; choose ids that name the workflow too (e.g. "
+            f"'{call.workflow.name}-{workflow_id}')"
+        )
+
+
+def _mark_recorded(result: WorkflowResult[Any], workflow_id: str) -> None:
+    """Say on the run's node that this call returned an earlier call's recorded run."""
+    result.tree.add_event(result.node, "recorded", workflow_id=workflow_id)
+
+
 def result_of(record: Any) -> WorkflowResult[Any]:
     """A recorded run's `WorkflowResult` (``record`` is a result or a `DurableRunFailed`)."""
     if isinstance(record, DurableRunFailed):
@@ -258,7 +280,15 @@ class DBOSEngine:
             await asyncio.to_thread(_runtime.launch)
 
     async def run_workflow(self, call: WorkflowCall) -> WorkflowResult[Any]:
+        chosen = call.workflow_id
         if DBOS.step_id is not None or current_run() is not None:
+            if chosen is not None:
+                raise ConfigurationError(
+                    f"workflow {call.workflow.name!r}: run_with_id({chosen!r}, ...) inside the "
+                    f"durable run {DBOS.workflow_id}: a workflow run there is part of that run "
+                    "(its steps are checkpointed with it); call run(...) instead, or "
+                    "ctx.spawn_workflow(..., queue=...) for a run of its own"
+                )
             # Inside a durable run (or one of its steps): part of that run, its
             # steps checkpointed with the run's.
             return await call.run_here(engine=self)
@@ -266,20 +296,40 @@ class DBOSEngine:
         target = target_of(call.workflow)
         check_arguments(call)
         token = _live.set(call)
-        run_id: str | None = None
+        run_id: str | None = chosen
         try:
-            if DBOS.workflow_id is not None:
+            if DBOS.workflow_id is not None and chosen is None:
                 # Called from an application's own DBOS workflow: a child of it.
                 record = await durable_run(target, call.args, call.kwargs)
             else:
-                run_id = os.urandom(8).hex()
+                run_id = chosen or os.urandom(8).hex()
+                # DBOS starts one workflow per id: for an id it knows, this starts
+                # nothing and waits for that run's recorded result (or error).
                 with SetWorkflowID(run_id):
                     record = await durable_run(target, call.args, call.kwargs)
         except DurableRunFailed as exc:
             if isinstance(call.outcome, BaseException):
                 # It ran here: re-raise the original error, with its tree and cause.
                 raise call.outcome  # noqa: B904
-            raise _recorded_error(exc) from None
+            if chosen is not None:
+                _check_owner(exc.tree, call, chosen)
+            error = _recorded_error(exc)
+            if chosen is not None and error.result is not None:
+                _mark_recorded(error.result, chosen)
+            raise error from None
+        except (DBOSAwaitedWorkflowCancelledError, DBOSConflictingWorkflowError) as exc:
+            if chosen is None:
+                raise
+            if isinstance(exc, DBOSConflictingWorkflowError):
+                raise ConfigurationError(
+                    f"workflow {call.workflow.name!r}: the id {chosen!r} belongs to another "
+                    f"DBOS workflow: {exc}"
+                ) from exc
+            raise WorkflowError(
+                f"durable run {chosen!r} (workflow {call.workflow.name!r}) was cancelled; a "
+                "cancelled run stays cancelled under its id",
+                node_path=call.workflow.name,
+            ) from exc
         except asyncio.CancelledError:
             # Only this process stopped (a shutdown, a timeout around the call): the
             # durable run stays pending for recover() or a worker to finish, as after
@@ -295,7 +345,13 @@ class DBOSEngine:
             _live.reset(token)
         if isinstance(call.outcome, WorkflowResult):
             return call.outcome
-        return _recorded_result(record, "a durable run")
+        if chosen is None:
+            return _recorded_result(record, "a durable run")
+        # An earlier call's run: its recorded result, no step run again.
+        _check_owner(record.get("tree") if isinstance(record, dict) else None, call, chosen)
+        result = _recorded_result(record, f"durable run {chosen!r}")
+        _mark_recorded(result, chosen)
+        return result
 
     async def run_step(
         self, ctx: WorkflowContext, node: EventNode, call: Callable[[], Awaitable[Any]]

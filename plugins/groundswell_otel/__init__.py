@@ -15,12 +15,15 @@ Where spans go:
 - otherwise, when ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or
   ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``) is set: OTLP/HTTP through a
   ``BatchSpanProcessor`` and `RedactingSpanExporter` (needs
-  ``pip install "groundswell[otlp]"``);
+  ``pip install "groundswell[otlp]"``), with the resource ``OTEL_SERVICE_NAME``
+  and ``OTEL_RESOURCE_ATTRIBUTES`` describe (`otlp_resource`);
 - otherwise nowhere, at no cost to runs.
 
 Content (prompts, completions, tool arguments and results) stays off spans
 unless ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` is ``SPAN_ONLY``,
-``SPAN_AND_EVENT`` or ``true`` (or ``instrument(capture_content=True)``).
+``SPAN_AND_EVENT`` or ``true`` (or ``instrument(capture_content=True)``); each
+``chat`` span then carries the whole conversation that turn sent, tool results
+included, rebuilt from the tree (`groundswell_otel._content`).
 Results of the introspection toolset describe the whole run, so they need
 their own opt-in: ``GROUNDSWELL_OTEL_CAPTURE_INTROSPECTION=true`` or
 ``instrument(capture_introspection=True)``. Secrets are redacted either way.
@@ -42,6 +45,7 @@ from groundswell import ConfigurationError, EventSink, hookimpl
 from . import attributes
 
 if TYPE_CHECKING:
+    from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.trace import TracerProvider as APITracerProvider
 
@@ -74,6 +78,7 @@ __all__ = [
     "attributes",
     "capture_from_env",
     "instrument",
+    "otlp_resource",
     "uninstrument",
 ]
 
@@ -125,20 +130,39 @@ def _otlp_provider() -> TracerProvider:
             "OTEL_EXPORTER_OTLP_ENDPOINT is set but the OTLP exporter is not installed: "
             'pip install "groundswell[otlp]"'
         ) from exc
-    from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
     from ._redact import RedactingSpanExporter
 
-    resource = Resource.create(
-        {} if os.environ.get("OTEL_SERVICE_NAME") else {"service.name": "groundswell"}
-    )
+    resource = otlp_resource()
     # The sink flushes and shuts it down itself, with a bound; the SDK's own exit
     # hook would wait out every retry when the collector is down.
     provider = TracerProvider(resource=resource, shutdown_on_exit=False)
     provider.add_span_processor(BatchSpanProcessor(RedactingSpanExporter(OTLPSpanExporter())))
     return provider
+
+
+def otlp_resource() -> Resource:
+    """The resource of the OTLP provider the plugin makes (an SDK ``Resource``).
+
+    ``Resource.create()`` reads ``OTEL_SERVICE_NAME`` and ``OTEL_RESOURCE_ATTRIBUTES``
+    (``service.name=...`` there counts too); without either the service is
+    ``groundswell`` rather than the SDK's ``unknown_service``. Phoenix files traces
+    under the project named by ``openinference.project.name``, else under
+    ``default``: unless that attribute is set, it is the service name.
+    """
+    from opentelemetry.sdk.resources import SERVICE_NAME
+    from opentelemetry.sdk.resources import Resource as SDKResource
+
+    resource = SDKResource.create()
+    service = str(resource.attributes.get(SERVICE_NAME) or "")
+    if not service or service.startswith("unknown_service"):
+        service = "groundswell"
+        resource = resource.merge(SDKResource({SERVICE_NAME: service}))
+    if attributes.OPENINFERENCE_PROJECT_NAME not in resource.attributes:
+        resource = resource.merge(SDKResource({attributes.OPENINFERENCE_PROJECT_NAME: service}))
+    return resource
 
 
 def _global_provider() -> APITracerProvider | None:

@@ -18,6 +18,13 @@ from groundswell import Event
 from groundswell.tracebacks import format_traceback
 
 from . import attributes as A
+from ._content import (
+    NOT_CAPTURED,
+    Conversation,
+    first_messages,
+    output_messages,
+    response_parts,
+)
 
 logger = logging.getLogger("groundswell.otel")
 
@@ -43,6 +50,8 @@ class _Node:
 @dataclass
 class _Run:
     nodes: dict[str, _Node] = field(default_factory=dict)
+    # With content capture on: each running prompt attempt's conversation, by node id.
+    conversations: dict[str, Conversation] = field(default_factory=dict)
     finished: bool = False
 
 
@@ -64,6 +73,10 @@ _CONTENT_KEYS = (
     A.GEN_AI_TOOL_CALL_ARGUMENTS,
     A.GEN_AI_TOOL_CALL_RESULT,
 )
+
+
+# Nodes whose end changes their prompt's conversation (tool calls aside).
+_SHAPING = frozenset({"prompt", "summary", "budget"})
 
 
 def _ns(seconds: float | None) -> int | None:
@@ -114,10 +127,6 @@ def _usage_attributes(usage: Any) -> dict[str, int]:
     if created:
         out[A.GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS] = created
     return out
-
-
-def _messages(role: str, *parts: dict[str, Any]) -> list[dict[str, Any]]:
-    return [{"role": role, "parts": [p for p in parts if p]}]
 
 
 class OTelSink:
@@ -182,6 +191,8 @@ class OTelSink:
         )
         span_name, kind, attrs = self._describe(node_type, name, payload)
         attrs[A.NODE_ID] = data["id"]
+        if self.capture.content:
+            self._start_content(run_id, data["id"], node_type, parent_id, payload, attrs)
         if parent_id is None:
             attrs[A.RUN_ID] = run_id  # the trace id groups the rest of the run
         span = self._tracer.start_span(
@@ -228,8 +239,6 @@ class OTelSink:
             }
             if payload.get("model"):
                 attrs[A.GEN_AI_REQUEST_MODEL] = str(payload["model"])
-            if content:
-                attrs.update(self._prompt_content(payload))
             return f"{A.OP_INVOKE_AGENT} {agent}", internal, attrs
         if node_type == "model_call":
             request = payload.get("request") or {}
@@ -307,16 +316,90 @@ class OTelSink:
         )
         return {A.GEN_AI_SYSTEM_INSTRUCTIONS: _json(parts)}
 
-    def _prompt_content(self, payload: dict[str, Any]) -> dict[str, Any]:
-        attrs: dict[str, Any] = {}
-        user = self._clean(payload.get("user") or "")
-        data = payload.get("data")
-        extra = {"type": "text", "content": _json(self._clean(data))} if data else {}
-        attrs[A.GEN_AI_INPUT_MESSAGES] = _json(
-            _messages("user", {"type": "text", "content": user}, extra)
-        )
-        attrs[A.INPUT_VALUE] = user
-        return attrs
+    def _prepare(self, value: Any) -> Any:
+        # Content joining a conversation: secrets out, long strings clipped.
+        return _clip(self._clean(value))
+
+    def _start_content(
+        self,
+        run_id: str,
+        node_id: str,
+        node_type: str,
+        parent_id: str | None,
+        payload: dict[str, Any],
+        attrs: dict[str, Any],
+    ) -> None:
+        """Content attributes known when a node starts (capture on)."""
+        run = self._run(run_id)
+        if node_type == "prompt":
+            # The attempt's conversation starts; its chat spans read it turn by turn.
+            first = first_messages(payload, self._clean, _clip)
+            conversation = Conversation(first, self._prepare)
+            run.conversations[node_id] = conversation
+            attrs[A.GEN_AI_INPUT_MESSAGES] = json.dumps(
+                conversation.initial(), default=str, ensure_ascii=False
+            )
+            attrs[A.INPUT_VALUE] = _clip(self._clean(payload.get("user") or ""))
+        elif node_type == "model_call":
+            current = run.conversations.get(parent_id or "")
+            if current is not None:
+                sent = (payload.get("request") or {}).get("messages")
+                attrs[A.GEN_AI_INPUT_MESSAGES] = current.input_json(sent)
+                if current.omitted:  # sent, but not in the tree: not shown
+                    attrs[A.INPUT_MESSAGES_OMITTED] = current.omitted
+
+    def _end_content(self, run_id: str, node_id: str, node: _Node, payload: dict[str, Any]) -> None:
+        """What a node's end adds to its prompt's conversation (capture on)."""
+        run = self._runs.get(run_id)
+        if run is None or not run.conversations:
+            return
+        if node.type == "prompt":
+            run.conversations.pop(node_id, None)
+            return
+        if node.type == "summary":
+            # A summarize budget's summary: applied when its budget node ends.
+            budget = self._find(node.parent_id)
+            conversation = run.conversations.get(budget.parent_id or "") if budget else None
+            if conversation is not None and isinstance(payload.get("output"), str):
+                conversation.summaries[node.parent_id or ""] = payload["output"]
+            return
+        conversation = run.conversations.get(node.parent_id or "")
+        if conversation is not None:  # a budget node: what it removed or summarized
+            summary = conversation.summaries.pop(node_id, None)
+            if not payload.get("summarized_turns"):
+                summary = None
+            conversation.shorten(payload.get("removed") or (), summary)
+
+    def _tool_result(self, run_id: str, node: _Node, payload: dict[str, Any], output: Any) -> None:
+        """A tool call's result (cleaned) joins its prompt's conversation (capture on)."""
+        run = self._runs.get(run_id)
+        conversation = run.conversations.get(node.parent_id or "") if run else None
+        if conversation is not None and payload.get("tool_use_id"):
+            conversation.add_result(str(payload["tool_use_id"]), output)
+
+    def _response_content(
+        self, run_id: str, node: _Node, response: dict[str, Any], attrs: dict[str, Any]
+    ) -> None:
+        """A chat span's output messages; the answer joins its prompt's conversation."""
+        stop_reason = str(response["stop_reason"]) if response.get("stop_reason") else None
+        content = response.get("content")
+        if isinstance(content, list):
+            parts = response_parts(self._prepare(content))
+        else:  # a record from before responses kept their content
+            parts = [{"type": "text", "content": self._prepare(response.get("text", ""))}]
+            parts += [{"type": "tool_call", "name": t} for t in response.get("tool_calls", [])]
+        attrs[A.GEN_AI_OUTPUT_MESSAGES] = _json(output_messages(parts, stop_reason))
+        said = "".join(str(p["content"]) for p in parts if p.get("type") == "text")
+        if said:
+            attrs[A.OUTPUT_VALUE] = said
+        run = self._runs.get(run_id)
+        conversation = run.conversations.get(node.parent_id or "") if run else None
+        if conversation is not None and isinstance(content, list):
+            # The loop runs the tools only when the model stopped to call them.
+            calls = [
+                str(p["id"]) for p in parts if p.get("type") == "tool_call" and "server" not in p
+            ]
+            conversation.add_response(parts, calls if stop_reason == "tool_use" else [])
 
     def _end(self, run_id: str, data: dict[str, Any]) -> None:
         run = self._runs.get(run_id)
@@ -352,7 +435,7 @@ class OTelSink:
             if self.capture.content and "output" in payload:
                 output = _json(self._clean(payload["output"]))
                 attrs[A.GEN_AI_OUTPUT_MESSAGES] = _json(
-                    _messages("assistant", {"type": "text", "content": output})
+                    output_messages([{"type": "text", "content": output}], "stop")
                 )
                 attrs[A.OUTPUT_VALUE] = output
         elif node.type == "model_call":
@@ -364,24 +447,23 @@ class OTelSink:
             if response.get("stop_reason"):
                 attrs[A.GEN_AI_RESPONSE_FINISH_REASONS] = [str(response["stop_reason"])]
             if self.capture.content and response:
-                parts = [{"type": "text", "content": self._clean(response.get("text", ""))}]
-                parts += [{"type": "tool_call", "name": t} for t in response.get("tool_calls", [])]
-                message = {"role": "assistant", "parts": parts}
-                if response.get("stop_reason"):
-                    message["finish_reason"] = str(response["stop_reason"])
-                attrs[A.GEN_AI_OUTPUT_MESSAGES] = _json([message])
-                if response.get("text"):
-                    attrs[A.OUTPUT_VALUE] = _json(self._clean(response["text"]))
+                self._response_content(run_id, node, response, attrs)
         elif node.type in ("tool_call", "mcp_call"):
             allowed = self.capture.content and (
                 node.toolset != "introspection" or self.capture.introspection
             )
+            seen: Any = NOT_CAPTURED  # what the model read, as its next turn shows it
             if allowed and "output" in payload:
-                result = _json(self._clean(payload["output"]))
+                seen = _clip(self._clean(payload["output"]))  # cleaned once, used twice
+                result = seen if isinstance(seen, str) else json.dumps(seen, default=str)
                 attrs[A.GEN_AI_TOOL_CALL_RESULT] = result
                 attrs[A.OUTPUT_VALUE] = result
+            if self.capture.content:
+                self._tool_result(run_id, node, payload, seen)
         elif node.type == "workflow" and self.capture.content and "output" in payload:
             attrs[A.OUTPUT_VALUE] = _json(self._clean(payload["output"]))
+        if self.capture.content and node.type in _SHAPING:
+            self._end_content(run_id, data["id"], node, payload)
         span.set_attributes(attrs)
         self._content_event(span, attrs, data.get("ended_at"))
         error = data.get("error")
@@ -409,6 +491,10 @@ class OTelSink:
             return
         kind = str(event.get("type"))
         when = _ns(event.get("timestamp"))
+        if kind == "stop_blocked" and self.capture.content and run is not None:
+            conversation = run.conversations.get(node_id)
+            if conversation is not None:  # a Stop hook sent the agent on with its reason
+                conversation.add_user(str(event.get("reason") or "") or "Please continue.")
         if kind == "cache_hit" and node.type == "prompt" and node.span is not None:
             self._cache_hit_span(node, event, when)
         attrs = _scalar_attributes(self._clean(event))

@@ -61,6 +61,8 @@ EXCEPTION_STACKTRACE = "exception.stacktrace"
 
 # -- OpenInference (Arize Phoenix) -----------------------------------------------------
 OPENINFERENCE_SPAN_KIND = "openinference.span.kind"
+# A resource attribute: the Phoenix project a trace is filed under ("default" without it).
+OPENINFERENCE_PROJECT_NAME = "openinference.project.name"
 INPUT_VALUE = "input.value"
 OUTPUT_VALUE = "output.value"
 KIND_CHAIN = "CHAIN"
@@ -84,3 +86,6 @@ REFLECTION_STRATEGY = "groundswell.reflection.strategy"
 REFLECTION_FAILED_NODE = "groundswell.reflection.failed_node_id"
 EVENT_NODE_ID = "groundswell.event.node_id"
 INCOMPLETE = "groundswell.incomplete"
+# On a chat span: how many of the request's first messages its gen_ai.input.messages
+# leaves out, because the tree does not hold them (an earlier conversation continued).
+INPUT_MESSAGES_OMITTED = "groundswell.input.messages.omitted"

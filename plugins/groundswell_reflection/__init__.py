@@ -14,7 +14,10 @@ Which model answers:
   ``ReflectionConfig.model`` as a model override when set).
 
 The analysis call is a ``prompt`` node (with its ``model_call``) inside the
-``reflection`` node.
+``reflection`` node. When it fails (an API error, a timeout, an answer that
+does not validate, or one asking for a retry with nothing to apply), the kernel
+retries with ``feedback`` instead and records a ``strategy_fallback`` event on
+the ``reflection`` node: reflection never loses a run a plain retry could win.
 """
 
 from __future__ import annotations
@@ -84,10 +87,8 @@ def _describe(context: ReflectionContext) -> dict[str, Any]:
         elif isinstance(system, list):
             texts = [b.get("text", "") for b in system if isinstance(b, dict)]
             facts["system"] = _clip("\n".join(texts))
-        if prompt.response_format is not None:
-            facts["required_output_schema"] = _clip(
-                json.dumps(prompt.response_format.model_json_schema())
-            )
+        if prompt.output_type is not None:
+            facts["required_output_schema"] = _clip(json.dumps(prompt.output_type.json_schema))
     if context.output is not None:
         facts["unusable_reply"] = _clip(context.output)
     if context.level == "workflow":
@@ -164,11 +165,17 @@ class LLMReflector:
         reason = answer.analysis.strip()
         if answer.guidance.strip():
             reason = f"{reason} Next attempt: {answer.guidance.strip()}".strip()
+        revised_system = (answer.revised_system or "").strip() or None
+        if answer.should_retry and not reason and revised_data is None and revised_system is None:
+            # Nothing to apply: the kernel falls back to ``feedback`` for this attempt.
+            raise ValueError(
+                "the analysis asked for another attempt but gave no analysis, guidance or revision"
+            )
         return ReflectionResult(
             should_retry=answer.should_retry,
             reason=reason,
             revised_data=revised_data,
-            revised_system=answer.revised_system or None,
+            revised_system=revised_system and answer.revised_system,
         )
 
 
