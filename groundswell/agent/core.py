@@ -12,8 +12,6 @@ import asyncio
 import contextlib
 import inspect
 import os
-import types
-import typing
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, Generic, TypeAlias, TypeVar, overload
 
@@ -35,6 +33,7 @@ from ..run_context import Frame, current_frame, new_run_tree, reset_frame, set_f
 from ..settings_check import check_flag, check_settings
 from ..tools import DepsT, check_cache_policy, check_skills, check_timeout, check_tools
 from ..tree import NodeStatus, NodeType
+from .checks import check_options, deps_check, type_name
 from .loop import run_prompt
 from .middleware import Layer, default_layers, layers_for, merge, resolve
 from .overrides import Forced, check, check_client, forced_for, override_agent
@@ -209,11 +208,11 @@ class Agent(Generic[DepsT]):
         self.reflection_history: list[ReflectionEntry] = []
         #: Options declared by plugins (``register_agent_options``), by name: the
         #: value given, else the option's default.
-        self.options: dict[str, Any] = _check_options(options, owner)
+        self.options: dict[str, Any] = check_options(options, owner, _OWN_PARAMETERS)
         self._middleware: tuple[Layer, ...] = resolve(middleware, owner)
         #: The type of the ``deps`` every call passes (``None``: any deps, or none).
         self.deps_type = deps_type
-        self._deps_ok = _deps_check(deps_type, owner) if deps_type is not None else None
+        self._deps_ok = deps_check(deps_type, owner) if deps_type is not None else None
         # (the default layers it was merged with, the merged and sorted candidates)
         self._layers: tuple[tuple[Layer, ...], tuple[Layer, ...]] | None = None
         self._client = client
@@ -500,7 +499,7 @@ class Agent(Generic[DepsT]):
         """A call's ``message_history`` as checked messages; refuses deps of the wrong type."""
         ok = self._deps_ok
         if ok is not None and not ok(deps):
-            expected = _type_name(self.deps_type)
+            expected = type_name(self.deps_type)
             if deps is None:
                 raise ConfigurationError(
                     f"agent {self.name!r} declares deps_type={expected}: pass deps=... (a "
@@ -578,60 +577,7 @@ class Agent(Generic[DepsT]):
         return f"Agent({self.name!r}, model={self.config['model']!r})"
 
 
-def _check_options(given: Mapping[str, Any], owner: str) -> dict[str, Any]:
-    """Every option plugins declare: its default, or the given value its plugin checked."""
-    manager = get_plugin_manager()
-    declared = manager.agent_options()
-    for name in declared.keys() & _OWN_PARAMETERS:
-        # Agent's own parameter always takes the keyword: the option could never be set.
-        plugin = manager.owner("register_agent_options", name) or name
-        manager.report(
-            plugin, f"agent option {name!r} is a parameter of Agent itself; choose another name"
-        )
-    options = {name: record.default for name, record in declared.items()}
-    for name, value in given.items():
-        record = declared.get(name)
-        if record is None:
-            raise ConfigurationError(
-                f"{owner}: Agent() got an unknown option {name!r}; options plugins declare: "
-                f"{', '.join(sorted(declared)) or 'none'} (is the plugin that provides it "
-                "installed and loaded?)"
-            )
-        options[name] = record.check(value, owner) if record.check is not None else value
-    return options
-
-
 _OWN_PARAMETERS = frozenset(inspect.signature(Agent.__init__).parameters) - {"self", "options"}
-
-
-def _deps_check(expected: Any, owner: str) -> Callable[[Any], bool]:
-    """Whether a deps object is of type ``expected`` (a class, a generic alias or a union)."""
-    if expected is Any or expected is object:
-        return lambda value: True
-    if expected is None or expected is type(None):
-        return lambda value: value is None
-    origin = typing.get_origin(expected)
-    if origin is typing.Union or origin is types.UnionType:
-        checks = [_deps_check(arg, owner) for arg in typing.get_args(expected)]
-        return lambda value: any(check(value) for check in checks)
-    runtime = origin if isinstance(origin, type) else expected
-    if not isinstance(runtime, type):
-        raise ConfigurationError(
-            f"{owner}: deps_type must be a class (the type of the deps object each call "
-            f"passes, which tools get as ctx.deps), got {expected!r:.60}"
-        )
-    try:
-        isinstance(None, runtime)
-    except TypeError as exc:  # e.g. a Protocol that is not runtime_checkable
-        raise ConfigurationError(
-            f"{owner}: deps_type={_type_name(expected)} cannot be checked with isinstance "
-            f"({exc}); give a class"
-        ) from None
-    return lambda value: isinstance(value, runtime)
-
-
-def _type_name(expected: Any) -> str:
-    return expected.__qualname__ if isinstance(expected, type) else repr(expected)
 
 
 def _as_prompt(prompt: Prompt[Any] | str) -> Prompt[Any]:
