@@ -24,7 +24,7 @@ import logging
 import os
 import re
 import threading
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
@@ -44,6 +44,7 @@ __all__ = [
     "MCPConnection",
     "call_mcp_tool",
     "check_mcps",
+    "check_toolsets",
     "register_mcp_secrets",
     "remote_request",
 ]
@@ -406,6 +407,25 @@ def _end_connect(tree: EventTree | None, node: EventNode | None, outcome: Any) -
         tree.end_node_after(node, outcome)
     else:
         tree.end_node(node, NodeStatus.COMPLETED, output=outcome, record_output=True)
+
+
+def check_toolsets(tools: Iterable[Any], mcps: Iterable[Any], owner: str) -> None:
+    """Every ``mcp_toolset`` in ``tools`` must name a remote server of ``mcps``.
+
+    Raises `ConfigurationError` otherwise: the API refuses such a request.
+    """
+    remote = {m.get("name") for m in mcps if isinstance(m, Mapping) and m.get("type") == "url"}
+    for i, tool in enumerate(tools):
+        if not isinstance(tool, Mapping) or tool.get("type") != "mcp_toolset":
+            continue
+        server = tool.get("mcp_server_name")
+        if server not in remote:
+            known = ", ".join(repr(n) for n in sorted(map(str, remote))) or "none"
+            raise ConfigurationError(
+                f"{owner}: tools[{i}]: mcp_toolset names the MCP server {server!r}, which is not a "
+                f"remote server of this prompt (remote servers in mcps: {known}); add "
+                f"{{'type': 'url', 'name': {server!r}, 'url': ...}} to mcps, or drop the toolset"
+            )
 
 
 def remote_request(

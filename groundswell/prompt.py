@@ -12,8 +12,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
-from pydantic import BaseModel
-
 from ._canonical import canonical_json
 from .budget import TokenBudget, check_budget
 from .cache import Cache
@@ -310,17 +308,24 @@ class PromptTemplate:
     placeholders (``"Summarize {topic} in {words} words"``); every placeholder
     is a required variable. ``variables`` describes them (name → description)
     for the model; values must be strings, numbers or booleans.
+    ``response_format`` takes what `Prompt` takes (a model, ``list[str]``,
+    a ``Literal``, ...).
     """
 
     user: str
     description: str = ""
     system: str | None = None
-    response_format: type[BaseModel] | None = None
+    response_format: Any = None
     variables: Mapping[str, str] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.user, str) or not self.user.strip():
             raise ConfigurationError("PromptTemplate.user must be a non-empty template string")
+        if self.response_format is not None:
+            try:  # refused here, not when the model first renders the template
+                output_type(self.response_format)
+            except ConfigurationError as exc:
+                raise ConfigurationError(f"PromptTemplate.{exc}") from exc.__cause__
         names = self.placeholders()
         declared = set(self.variables or {})
         if self.variables is not None and declared != names:

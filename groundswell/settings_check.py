@@ -66,7 +66,7 @@ _FIX = {
     "metadata": "pass a dict such as {'user_id': '...'}",
     "thinking": "pass {'type': 'enabled', 'budget_tokens': 2048} (at least 1024), "
     "{'type': 'adaptive'} or {'type': 'disabled'}",
-    "betas": "pass a list of beta names, e.g. ['mcp-client-2025-04-04']",
+    "betas": "pass a list of beta names the SDK knows, e.g. ['files-api-2025-04-14']",
     "container": "pass a container id (str) or {'id': ..., 'skills': [...]}",
     "service_tier": "pass 'auto' or 'standard_only'",
     "tools": "pass an Anthropic tool dict such as {'name': ..., 'description': ..., "

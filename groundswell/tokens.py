@@ -41,7 +41,9 @@ class CountRequest:
     """What a counter counts: one Messages API request's input.
 
     ``client`` is the calling agent's ``anthropic.AsyncAnthropic`` (counters
-    that ask the API use it).
+    that ask the API use it). ``betas`` and ``mcp_servers`` are the request's
+    own (remote MCP servers need the MCP-client beta, and so does counting
+    the ``mcp_toolset`` entries they add to ``tools``).
     """
 
     model: str
@@ -49,6 +51,8 @@ class CountRequest:
     system: Any = None
     tools: Sequence[Mapping[str, Any]] = ()
     client: Any = None
+    betas: Sequence[str] = ()
+    mcp_servers: Sequence[Mapping[str, Any]] = ()
 
 
 @runtime_checkable
@@ -243,7 +247,15 @@ class AnthropicCounter:
             params["system"] = request.system
         if request.tools:
             params["tools"] = list(request.tools)
-        result = await request.client.messages.count_tokens(**params)
+        if request.betas or request.mcp_servers:
+            # Only the beta endpoint takes betas, remote servers and their toolsets.
+            if request.betas:
+                params["betas"] = list(request.betas)
+            if request.mcp_servers:
+                params["mcp_servers"] = list(request.mcp_servers)
+            result = await request.client.beta.messages.count_tokens(**params)
+        else:
+            result = await request.client.messages.count_tokens(**params)
         return int(result.input_tokens)
 
 

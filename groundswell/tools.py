@@ -179,6 +179,10 @@ def check_tools(items: Any, owner: str) -> list[Any]:
             continue
         if isinstance(item, Mapping):
             check_api_item("tools", item, owner, where)
+            if "name" not in item:
+                # An entry the SDK accepts without a name (the MCP-client
+                # beta's mcp_toolset) names no tool, so it cannot clash.
+                continue
             name = str(item["name"])
         elif isinstance(item, ToolHandler):
             name = item.name

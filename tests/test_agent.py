@@ -612,6 +612,14 @@ async def test_reflect_answers_then_revises() -> None:
     )
 
 
+async def test_reflect_shows_a_non_model_answer_as_json() -> None:
+    fake = FakeAnthropicAPI([json_reply({"result": ["a", "b"]}), json_reply({"result": ["a"]})])
+    revised = await agent_for(fake).reflect(Prompt(user="Tags", response_format=list[str]))
+    assert revised == ["a"]
+    # The critique reads the first answer as JSON, not Python's repr.
+    assert '<answer>\n["a","b"]\n</answer>' in fake.requests[1].last_user_text()
+
+
 async def test_bad_configuration_is_reported_clearly() -> None:
     with pytest.raises(ConfigurationError, match="max_turns must be a positive int"):
         Agent(max_turns=0)

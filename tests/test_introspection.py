@@ -361,6 +361,35 @@ async def test_dynamic_prompt_runs_when_not_a_dry_run() -> None:
     assert result.tree.get_node(inner.parent_id).name == "generate_dynamic_prompt"  # type: ignore[arg-type]
 
 
+async def test_a_template_may_answer_with_any_output_type() -> None:
+    fake = FakeAnthropicAPI(
+        [
+            tool_use(
+                "generate_dynamic_prompt",
+                {"template": "tags", "variables": {"topic": "owls"}, "dry_run": False},
+            ),
+            json_reply({"result": ["night", "birds"]}),
+            text("ok"),
+        ]
+    )
+    agent = Agent(
+        name="tagger",
+        tools=["introspection"],
+        prompt_templates={
+            "tags": PromptTemplate(user="Tags for {topic}.", response_format=list[str])
+        },
+        client=fake.client(),
+    )
+    await agent.run("tag")
+    ran = json.loads(fake.requests[-1].tool_results()[-1]["content"])
+    assert ran["prompt"]["response_format"] == "list[str]"
+    assert ran["output"] == ["night", "birds"]
+    with pytest.raises(
+        ConfigurationError, match=r"PromptTemplate\.response_format dict is an open"
+    ):
+        PromptTemplate(user="x", response_format=dict)
+
+
 def test_prompt_template_validation() -> None:
     template = PromptTemplate(
         user="Tell {who} about {what}", variables={"who": "a name", "what": "a topic"}

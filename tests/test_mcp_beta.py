@@ -22,7 +22,7 @@ from anthropic.types.beta import (
 )
 from pydantic import TypeAdapter
 
-from groundswell import Agent, Prompt
+from groundswell import Agent, ConfigurationError, Prompt, TokenBudget
 from groundswell.mcp_bridge import LEGACY_MCP_CLIENT_BETA, MCP_CLIENT_BETA, remote_request
 from groundswell.testing import FakeAnthropicAPI, MessagesRequest, text
 
@@ -124,9 +124,31 @@ async def test_tool_configuration_becomes_the_toolsets_configs() -> None:
     ]
 
 
+async def test_your_own_toolsets_in_tools_are_sent_as_written() -> None:
+    fake = FakeAnthropicAPI([text("ok")])
+    docs = {"type": "mcp_toolset", "mcp_server_name": "docs", "default_config": {"enabled": False}}
+    tickets = {"type": "mcp_toolset", "mcp_server_name": "tickets"}
+    # Two nameless entries never count as a name clash.
+    await agent_for(fake, mcps=[DOCS, TICKETS], tools=[docs, tickets]).prompt("x")
+    (request,) = fake.requests
+    assert check_against_sdk(request) == [docs, tickets]
+    assert betas_of(request) == [MCP_CLIENT_BETA]
+
+
+@pytest.mark.parametrize("mcps", [[TICKETS], []], ids=["other-server", "no-server"])
+async def test_a_toolset_for_a_server_you_did_not_give_is_refused(mcps: list[Any]) -> None:
+    fake = FakeAnthropicAPI([text("never sent")])
+    agent = agent_for(fake, mcps=mcps, tools=[{"type": "mcp_toolset", "mcp_server_name": "docs"}])
+    with pytest.raises(
+        ConfigurationError,
+        match=r"agent 'remote': tools\[0\]: mcp_toolset names "
+        r"the MCP server 'docs'.*add \{'type': 'url', 'name': 'docs'",
+    ):
+        await agent.prompt("x")
+    assert fake.requests == []
+
+
 def test_a_toolset_already_in_tools_is_not_sent_twice() -> None:
-    # (Agent(tools=[...]) does not take a tool dict without a "name" yet; a middleware
-    # running before "mcp" may add one to the prompt's tools.)
     mine = {
         "type": "mcp_toolset",
         "mcp_server_name": "docs",
@@ -157,3 +179,24 @@ async def test_a_prompts_own_remote_servers_get_the_beta_too() -> None:
     assert betas_of(with_servers) == [MCP_CLIENT_BETA]
     check_against_sdk(with_servers)
     assert "anthropic-beta" not in without.headers and "mcp_servers" not in without.body
+
+
+async def test_the_anthropic_counter_counts_remote_servers_on_the_beta_endpoint() -> None:
+    fake = FakeAnthropicAPI([text("ok")])
+    budget = TokenBudget(max_total=50_000, counter="anthropic")
+    await agent_for(fake, mcps=[DOCS], token_budget=budget).prompt("x")
+    (count,) = fake.count_token_requests
+    # The standard count_tokens takes neither mcp_servers nor an mcp_toolset tool.
+    assert MCP_CLIENT_BETA in betas_of(count)
+    assert count.body["mcp_servers"] == [DOCS]
+    assert [t for t in count.body["tools"] if t.get("type") == "mcp_toolset"] == [
+        {"type": "mcp_toolset", "mcp_server_name": "docs"}
+    ]
+
+
+async def test_without_remote_servers_the_counter_uses_the_standard_endpoint() -> None:
+    fake = FakeAnthropicAPI([text("ok")])
+    budget = TokenBudget(max_total=50_000, counter="anthropic")
+    await agent_for(fake, token_budget=budget).prompt("x")
+    (count,) = fake.count_token_requests
+    assert "anthropic-beta" not in count.headers and "mcp_servers" not in count.body

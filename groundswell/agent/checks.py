@@ -8,9 +8,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..errors import ConfigurationError
+from ..model import type_name
 from ..plugins import get_plugin_manager
 
-__all__ = ["check_options", "deps_check", "type_name"]
+__all__ = ["check_options", "deps_check"]
 
 
 def check_options(given: Mapping[str, Any], owner: str, own: frozenset[str]) -> dict[str, Any]:
@@ -60,8 +61,3 @@ def deps_check(expected: Any, owner: str) -> Callable[[Any], bool]:
             f"({exc}); give a class"
         ) from None
     return lambda value: isinstance(value, runtime)
-
-
-def type_name(expected: Any) -> str:
-    """A type's name for messages: ``Shop``, or the repr of an alias or union."""
-    return expected.__qualname__ if isinstance(expected, type) else repr(expected)

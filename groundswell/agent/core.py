@@ -16,7 +16,6 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, Generic, TypeAlias, TypeVar, overload
 
 import anthropic
-from pydantic import BaseModel
 
 from .._serialize import register_secret
 from ..blocking import run_blocking
@@ -26,6 +25,7 @@ from ..claude_hooks import check_hooks
 from ..context_providers import check_context
 from ..errors import ConfigurationError
 from ..mcp_bridge import check_mcps, register_mcp_secrets
+from ..model import type_name
 from ..plugins import get_plugin_manager
 from ..prompt import NO_OVERRIDES, Prompt, PromptOverrides, check_cache_name
 from ..reflection import ReflectionConfig, ReflectionEntry, resolve_config
@@ -33,7 +33,7 @@ from ..run_context import Frame, current_frame, new_run_tree, reset_frame, set_f
 from ..settings_check import check_flag, check_settings
 from ..tools import DepsT, check_cache_policy, check_skills, check_timeout, check_tools
 from ..tree import NodeStatus, NodeType
-from .checks import check_options, deps_check, type_name
+from .checks import check_options, deps_check
 from .loop import run_prompt
 from .middleware import Layer, default_layers, layers_for, merge, resolve
 from .overrides import Forced, check, check_client, forced_for, override_agent
@@ -460,7 +460,10 @@ class Agent(Generic[DepsT]):
         )
         try:
             first = await self.prompt(p, overrides, deps=deps)
-            answer = first.model_dump_json() if isinstance(first, BaseModel) else str(first)
+            made = p.output_type
+            # As JSON in the output's own shape (a list, a number...), so the
+            # critique sees exactly what the format asks for.
+            answer = made.text(first) if made is not None else str(first)
             revision = p.with_(
                 user=(
                     f"{p.user}\n\nA previous answer to this request was:\n<answer>\n{answer}\n</answer>\n\n"

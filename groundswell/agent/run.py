@@ -123,7 +123,8 @@ class Toolbox:
                 f"toolset names; got {type(item).__name__}"
             )
         name = definition.get("name")
-        if any(d.get("name") == name for d in self.definitions):
+        # A nameless entry (the MCP-client beta's mcp_toolset) cannot clash.
+        if name is not None and any(d.get("name") == name for d in self.definitions):
             raise ConfigurationError(f"two tools are named {name!r}; tool names must be unique")
         self.definitions.append(definition)
 

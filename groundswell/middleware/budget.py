@@ -94,7 +94,12 @@ class Budget(Middleware):
             history = run.history
             messages = request["messages"]
             left = await enforcer.check(
-                messages, request.get("system"), request.get("tools", []), len(history)
+                messages,
+                request.get("system"),
+                request.get("tools", []),
+                len(history),
+                betas=request.get("betas") or (),
+                mcp_servers=request.get("mcp_servers") or (),
             )
             if history and left is not None:
                 # With a history the request's list is a new one: keep what it kept.
@@ -171,6 +176,9 @@ class Enforcer:
         system: Any,
         tools: Sequence[Mapping[str, Any]],
         history: int = 0,
+        *,
+        betas: Sequence[str] = (),
+        mcp_servers: Sequence[Mapping[str, Any]] = (),
     ) -> int | None:
         """Record a warning, or make ``messages`` fit (in place), or raise
         `TokenBudgetExceeded`. The first ``history`` messages are the earlier
@@ -180,7 +188,7 @@ class Enforcer:
         sizes = [self._size(m) for m in messages]
         fixed = system_tokens(system), tools_tokens(tools) + self.schema_tokens
         estimate = fixed[0] + fixed[1] + sum(sizes)
-        total = await self._count(messages, system, tools, estimate)
+        total = await self._count(messages, system, tools, estimate, betas, mcp_servers)
         self.stats["checks"] += 1
         self.stats["last_tokens"] = total
         self.stats["peak_tokens"] = max(self.stats["peak_tokens"], total)
@@ -212,10 +220,14 @@ class Enforcer:
         system: Any,
         tools: Sequence[Mapping[str, Any]],
         estimate: int,
+        betas: Sequence[str],
+        mcp_servers: Sequence[Mapping[str, Any]],
     ) -> int:
         if not self.exact:
             return estimate
-        request = CountRequest(self.model, messages, system, list(tools), self.client)
+        request = CountRequest(
+            self.model, messages, system, list(tools), self.client, betas, mcp_servers
+        )
         try:
             return int(await self.counter.count(request))
         except Exception as exc:  # a counter outage must not stop the run: estimate instead

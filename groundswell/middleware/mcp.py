@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..agent import Middleware, PromptNext, PromptResult, PromptRun
-from ..mcp_bridge import MCPBridge, remote_request
+from ..mcp_bridge import MCPBridge, check_toolsets, remote_request
 from ..mcp_session import session_for
 
 __all__ = ["MCPServers"]
@@ -26,11 +26,20 @@ class MCPServers(Middleware):
     order = 250
 
     def active(self, run: PromptRun) -> bool:
-        return bool(run.settings.get("mcps"))
+        # A hand-written mcp_toolset with no server is refused here, before the API sees it.
+        return bool(run.settings.get("mcps")) or any(
+            isinstance(t, dict) and t.get("type") == "mcp_toolset"
+            for t in run.settings.get("tools") or ()
+        )
 
     async def wrap_prompt(self, run: PromptRun, call_next: PromptNext) -> PromptResult[Any]:
         settings = run.settings
-        bridge = MCPBridge(settings["mcps"], settings.get("env") or {}, session_for(run.agent))
+        check_toolsets(
+            settings.get("tools") or (), settings.get("mcps") or (), f"agent {run.agent.name!r}"
+        )
+        bridge = MCPBridge(
+            settings.get("mcps") or [], settings.get("env") or {}, session_for(run.agent)
+        )
         async with bridge:
             for tool in bridge.tools:
                 run.tools.add(tool)

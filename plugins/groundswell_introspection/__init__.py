@@ -754,7 +754,7 @@ def _build(limits: Limits) -> list[Tool]:
         built = {
             "user": _clip(prompt.user, max_chars),
             "system": _clip(prompt.system, max_chars) if prompt.system else None,
-            "response_format": prompt.response_format.__name__ if prompt.response_format else None,
+            "response_format": prompt.output_type.name if prompt.output_type else None,
         }
         if dry_run:
             return {"template": template, "valid": True, "dry_run": True, "prompt": built}
