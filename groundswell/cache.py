@@ -64,7 +64,9 @@ __all__ = [
     "tool_cache_stats",
 ]
 
-KEY_VERSION = 1
+# Part of every key: raised when what an entry holds changes, so entries an
+# older version stored are never read as new ones (2: answers keep the reply).
+KEY_VERSION = 2
 logger = logging.getLogger("groundswell.cache")
 # Sent to the API but never part of what the answer depends on; headers may hold secrets.
 _NOT_IN_KEY = {"extra_headers", "stream"}

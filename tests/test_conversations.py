@@ -27,7 +27,14 @@ from groundswell import (
     workflow,
 )
 from groundswell.budget import SUMMARIZER_SYSTEM
-from groundswell.testing import FakeAnthropicAPI, MessagesRequest, Reply, text, tool_use
+from groundswell.testing import (
+    FakeAnthropicAPI,
+    MessagesRequest,
+    Reply,
+    json_reply,
+    text,
+    tool_use,
+)
 from groundswell.tokens import CountRequest, estimate_message, estimate_request
 
 
@@ -275,6 +282,27 @@ async def test_the_answer_cache_key_covers_the_history() -> None:
     assert await agent.prompt("Go on.", message_history=other) == "two"
     assert await agent.prompt("Go on.") == "three"  # no history: another key again
     assert len(fake.requests) == 3
+
+
+class _Reading(BaseModel):
+    value: int
+    unit: str = "C"
+
+
+async def test_a_hit_continues_exactly_like_the_miss_it_replays() -> None:
+    # The model's own words come back on a hit (not the answer written anew,
+    # which would add the default unit and tell the model it said so).
+    fake = FakeAnthropicAPI([json_reply({"value": 21}), "Warm.", "Still warm."])
+    agent = agent_on(fake, enable_cache=True)
+    ask = Prompt(user="Temperature?", response_format=_Reading)
+    miss, hit = await agent.run(ask), await agent.run(ask)
+    assert hit.node.metrics["cache"] == "hit" and hit.output == miss.output
+    assert hit.messages == miss.messages
+    assert hit.messages[-1]["content"] == [{"type": "text", "text": '{"value": 21}'}]
+    # So going on from either is one conversation: the second is a hit.
+    await agent.run("And tomorrow?", message_history=miss.messages)
+    again = await agent.run("And tomorrow?", message_history=hit.messages)
+    assert again.node.metrics["cache"] == "hit" and len(fake.requests) == 2
 
 
 async def test_hooks_and_context_providers_see_the_new_user_turn() -> None:

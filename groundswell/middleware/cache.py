@@ -53,36 +53,49 @@ class AnswerCache(Middleware):
         fmt = run.prompt.output_type
         # Cached: a structured answer as JSON-ready data (validated again when read), text as is.
         encode = fmt.dump if fmt is not None else _as_is
-        produced: list[PromptResult[Any]] = []
+        decode = fmt.load if fmt is not None else str
 
-        async def produce() -> Any:
-            produced.append(await call_next())
-            return produced[0].output
+        def entry(result: Any) -> dict[str, Any]:
+            # The model's own final turn is kept too, so a hit's messages are the
+            # ones the miss had and a conversation goes on from either alike.
+            last = result.messages[-1] if result.messages else None
+            reply = last.get("content") if last and last.get("role") == "assistant" else None
+            return {"answer": encode(result.output), "reply": reply}
 
-        output, hit = await through_cache(
+        def read(value: Any) -> Any:
+            return decode(value["answer"]), value.get("reply")
+
+        # A miss gives call_next's PromptResult, a hit read()'s (answer, reply).
+        result: Any
+        result, hit = await through_cache(
             cache,
             key,
-            produce,
-            encode=encode,
-            decode=fmt.load if fmt is not None else str,
+            call_next,
+            encode=entry,
+            decode=read,
             tree=run.tree,
             node=run.node,
             defer=run.defer,
         )
         if first != (cache, key):
-            tree, node, encoded = run.tree, run.node, encode(output)
+            tree, node = run.tree, run.node
+            encoded = (
+                entry(result) if not hit else {"answer": encode(result[0]), "reply": result[1]}
+            )
 
             async def remember() -> None:
                 await store_entry(first[0], first[1], encoded, tree, node)
 
             run.defer(remember)
-        if hit:
-            # The cached answer as the assistant turn, so a conversation can go on from it.
+        if not hit:
+            produced: PromptResult[Any] = result
+            return produced
+        output, reply = result
+        if not reply:  # an answer stored without the model's turn: write one
             text = output if fmt is None else json.dumps(encode(output), ensure_ascii=False)
-            reply = {"role": "assistant", "content": [{"type": "text", "text": str(text)}]}
-            messages = [*run.messages, reply]
-            return PromptResult(output=output, tree=run.tree, node=run.node, messages=messages)
-        return produced[0]
+            reply = [{"type": "text", "text": str(text)}]
+        messages = [*run.messages, {"role": "assistant", "content": reply}]
+        return PromptResult(output=output, tree=run.tree, node=run.node, messages=messages)
 
 
 def _as_is(output: Any) -> Any:
