@@ -75,12 +75,26 @@ def docs(session: nox.Session) -> None:
 
 @nox.session(python="3.11")
 def bench(session: nox.Session) -> None:
-    """Run the benchmarks; results go to benchmarks/results/*.json."""
+    """Run the benchmarks (args: which, e.g. ``-- hotpaths kernel``; default all).
+
+    Each writes benchmarks/results/<name>.json; then all of them are gathered
+    into benchmarks/results/results.json, keyed by name.
+    """
     # tokenizers reads the reference tokenizer of bench_token_accuracy.py; the
     # history extra and psycopg serve bench_history.py (SQLite and PostgreSQL),
-    # the durable extra bench_durable.py.
-    session.install("-e", ".[history,durable]", "tokenizers", "psycopg[binary]")
-    # Benchmarks measure the kernel alone; installed plugins would skew them.
-    env = {"GROUNDSWELL_LOAD_PLUGINS": ""}
+    # the durable extra bench_durable.py; orjson is bench_hotpaths.py's comparison.
+    session.install("-e", ".[history,durable]", "tokenizers", "psycopg[binary]", "orjson")
+    out = HERE / "benchmarks" / "results"
+    # Earlier reports would be gathered into results.json as if they were this run's.
+    for old in out.glob("*.json"):
+        old.unlink()
     for path in sorted(glob.glob("benchmarks/bench_*.py")):
-        session.run("python", path, "--output", "benchmarks/results", env=env)
+        name = Path(path).stem.removeprefix("bench_")
+        if session.posargs and name not in session.posargs:
+            continue
+        # Benchmarks measure the kernel alone; installed plugins would skew them. Those
+        # that need one load it themselves, except bench_history.py's Agent(history=True)
+        # processes, which need the history plugin loaded.
+        env = {"GROUNDSWELL_LOAD_PLUGINS": "history" if name == "history" else ""}
+        session.run("python", path, "--output", str(out), env=env)
+    session.run("python", "benchmarks/_report.py", str(out))

@@ -30,3 +30,23 @@ def write(results: dict[str, Any], name: str, directory: Path) -> None:
     out.write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report, indent=2))
     print(f"written to {out}")
+
+
+def combine(directory: Path, name: str = "results") -> Path:
+    """Gather every ``DIR/<script>.json`` into one ``DIR/<name>.json``, keyed by script."""
+    reports = {
+        path.stem: json.loads(path.read_text())
+        for path in sorted(directory.glob("*.json"))
+        if path.stem != name
+    }
+    out = directory / f"{name}.json"
+    out.write_text(json.dumps(reports, indent=2) + "\n")
+    print(f"{len(reports)} reports ({', '.join(reports)}) combined into {out}")
+    return out
+
+
+if __name__ == "__main__":
+    # python benchmarks/_report.py DIR: combine DIR's reports into DIR/results.json.
+    import sys
+
+    combine(Path(sys.argv[1] if len(sys.argv) > 1 else "benchmarks/results"))

@@ -18,11 +18,14 @@ import asyncio
 import collections
 import contextlib
 import contextvars
+import difflib
+import functools
 import hashlib
 import json
 import logging
 import os
 import re
+import shutil
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -265,8 +268,10 @@ class MCPBridge:
     """Connects a prompt's local MCP servers and exposes their tools; keeps remote ones aside.
 
     With a ``session`` (an `groundswell.mcp_session.MCPSession`), servers come
-    from it (started on first use, kept until it closes); otherwise they are
-    started here and stopped when the bridge exits.
+    from it (started on first use, kept until it closes), and the bridge holds
+    the session until it exits, so that the servers outlive the block for a
+    prompt still running; a session already closed is not used. Otherwise the
+    servers are started here and stopped when the bridge exits.
     """
 
     def __init__(self, mcps: Sequence[Any], env: Mapping[str, str], session: Any = None) -> None:
@@ -277,6 +282,7 @@ class MCPBridge:
         self.tools: list[_MCPTool] = []
         self.session = session
         self._owned: list[MCPConnection] = []
+        self._held: Any = None  # the session while this bridge uses its servers
 
     def _add(self, item: Any, env: Mapping[str, str]) -> None:
         from mcp import StdioServerParameters
@@ -301,6 +307,13 @@ class MCPBridge:
             )
         if not isinstance(name, str):
             raise ConfigurationError(f"an MCP server's 'name' must be a string, got {name!r:.40}")
+        if "type" not in item and "url" in item:
+            raise ConfigurationError(
+                f"MCP server {name!r} has a 'url' but no 'type': add 'type': 'url' for a remote "
+                f"server (a config without 'type' is a stdio server, which needs a 'command')"
+            )
+        if kind in ("stdio", "url"):
+            _check_keys(name, kind, item)
         if kind == "stdio":
             _check_stdio(name, item)
             params = StdioServerParameters(
@@ -309,7 +322,7 @@ class MCPBridge:
                 # The agent's env and the server's own env reach the subprocess;
                 # os.environ is never modified.
                 env={**env, **(item.get("env") or {})} or None,
-                cwd=item.get("cwd"),
+                cwd=os.fspath(item["cwd"]) if item.get("cwd") is not None else None,
             )
             timeout = float(item.get("timeout", CONNECT_TIMEOUT))
             key = ("stdio", params.model_dump_json())
@@ -329,7 +342,9 @@ class MCPBridge:
             )
 
     async def __aenter__(self) -> MCPBridge:
-        session = self.session if self.session is not None and not self.session.closed else None
+        # A session whose block has ended takes no new prompt: this one starts its own servers.
+        session = self.session if self.local and self.session and self.session.acquire() else None
+        self._held = session
         frame = current_frame()
         tree = frame.tree if frame is not None else None
         starting: list[tuple[LocalServer, MCPConnection, EventNode | None]] = []
@@ -358,7 +373,7 @@ class MCPBridge:
         except BaseException as exc:  # cancelled while they started
             for _, _, node in starting:
                 _end_connect(tree, node, exc)
-            await self._close_owned()
+            await self._finish()
             raise
         failure: BaseException | None = None
         for (server, connection, node), outcome in zip(starting, outcomes, strict=True):
@@ -386,17 +401,23 @@ class MCPBridge:
                     )
                 )
         if failure is not None:
-            await self._close_owned()
+            await self._finish()
             raise failure
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        await self._close_owned()
+        await self._finish()
 
-    async def _close_owned(self) -> None:
+    async def _finish(self) -> None:
+        """Stop the servers this bridge started, and let go of the session's."""
         owned, self._owned = self._owned, []
-        if owned:
-            await asyncio.gather(*(c.close() for c in owned))
+        held, self._held = self._held, None
+        try:
+            if owned:
+                await asyncio.gather(*(c.close() for c in owned))
+        finally:
+            if held is not None:
+                await held.release()
 
 
 def _end_connect(tree: EventTree | None, node: EventNode | None, outcome: Any) -> None:
@@ -409,15 +430,30 @@ def _end_connect(tree: EventTree | None, node: EventNode | None, outcome: Any) -
         tree.end_node(node, NodeStatus.COMPLETED, output=outcome, record_output=True)
 
 
-def check_toolsets(tools: Iterable[Any], mcps: Iterable[Any], owner: str) -> None:
+def check_toolsets(
+    tools: Iterable[Any],
+    mcps: Iterable[Any],
+    owner: str,
+    betas: Sequence[str] | None = None,
+) -> None:
     """Every ``mcp_toolset`` in ``tools`` must name a remote server of ``mcps``.
 
-    Raises `ConfigurationError` otherwise: the API refuses such a request.
+    And the request's MCP-client beta must take toolsets: `LEGACY_MCP_CLIENT_BETA`
+    does not. Raises `ConfigurationError` otherwise: the API refuses such a request.
     """
     remote = {m.get("name") for m in mcps if isinstance(m, Mapping) and m.get("type") == "url"}
+    legacy = _mcp_beta(betas) == LEGACY_MCP_CLIENT_BETA
     for i, tool in enumerate(tools):
         if not isinstance(tool, Mapping) or tool.get("type") != "mcp_toolset":
             continue
+        if legacy:
+            raise ConfigurationError(
+                f"{owner}: tools[{i}]: mcp_toolset needs the MCP-client beta {MCP_CLIENT_BETA!r} "
+                f"(or a later one), but betas names {LEGACY_MCP_CLIENT_BETA!r}, which has no "
+                f"toolsets; drop {LEGACY_MCP_CLIENT_BETA!r} from betas (Groundswell then adds "
+                f"{MCP_CLIENT_BETA!r}), or drop the toolset and give the server a "
+                f"'tool_configuration' instead"
+            )
         server = tool.get("mcp_server_name")
         if server not in remote:
             known = ", ".join(repr(n) for n in sorted(map(str, remote))) or "none"
@@ -442,9 +478,9 @@ def remote_request(
     ``allowed_tools``) becomes that toolset's ``default_config`` and
     ``configs``. Under `LEGACY_MCP_CLIENT_BETA` servers are sent as given.
     """
-    chosen = [b for b in betas or () if str(b).startswith("mcp-client-")]
+    chosen = _mcp_beta(betas)
     sent_betas = list(betas or ()) if chosen else [*(betas or ()), MCP_CLIENT_BETA]
-    if chosen and chosen[-1] == LEGACY_MCP_CLIENT_BETA:
+    if chosen == LEGACY_MCP_CLIENT_BETA:
         return [dict(s) for s in remote], [], sent_betas
     configured = {t.get("mcp_server_name") for t in tools if t.get("type") == "mcp_toolset"}
     servers: list[dict[str, Any]] = []
@@ -466,12 +502,96 @@ def remote_request(
     return servers, toolsets, sent_betas
 
 
+def _mcp_beta(betas: Sequence[str] | None) -> str | None:
+    """The MCP-client beta ``betas`` names (the last one, if several), if any."""
+    chosen = [str(b) for b in betas or () if str(b).startswith("mcp-client-")]
+    return chosen[-1] if chosen else None
+
+
+# The keys of a stdio server config: what `MCPBridge` reads (a remote server's are the SDK's).
+_STDIO_KEYS = frozenset({"type", "name", "command", "args", "env", "cwd", "timeout"})
+# Spellings difflib does not bring close enough to the key meant.
+_ALIASES = {
+    "cmd": "command",
+    "program": "command",
+    "argv": "args",
+    "arguments": "args",
+    "environment": "env",
+    "workdir": "cwd",
+    "working_dir": "cwd",
+    "directory": "cwd",
+    "token": "authorization_token",
+    "auth_token": "authorization_token",
+}
+
+
+@functools.cache
+def _url_keys() -> frozenset[str]:
+    """The keys of a remote server config: the SDK's server type's, and ``tool_configuration``."""
+    from anthropic.types.beta import BetaRequestMCPServerURLDefinitionParam as Server
+
+    # tool_configuration is on the type today; Groundswell moves it to the toolset either way.
+    return Server.__required_keys__ | Server.__optional_keys__ | {"tool_configuration"}
+
+
+def _check_keys(name: str, kind: str, item: Mapping[str, Any]) -> None:
+    """Refuse keys a ``kind`` config does not take: a typo would be dropped or sent to the API."""
+    known = _STDIO_KEYS if kind == "stdio" else _url_keys()
+    unknown = [k for k in item if k not in known]
+    if not unknown:
+        return
+    # Keys only, never values: a misspelled token key was not registered as a secret.
+    told = [f"{key!r:.40}{_key_hint(key, kind, known)}" for key in unknown]
+    what = "stdio" if kind == "stdio" else "remote"
+    raise ConfigurationError(
+        f"{what} MCP server {name!r}: unknown key{'s' * (len(told) > 1)} {', '.join(told)}; "
+        f"a {what} server takes {', '.join(repr(k) for k in sorted(known))}"
+    )
+
+
+def _key_hint(key: Any, kind: str, known: frozenset[str]) -> str:
+    if not isinstance(key, str):
+        return ""
+    other = _url_keys() if kind == "stdio" else _STDIO_KEYS
+    lowered = key.lower()
+    guess = _ALIASES.get(lowered) if _ALIASES.get(lowered) in known else None
+    # "enviroment" is far from "env" by difflib's measure, but starts with it.
+    guess = guess or next(
+        (k for k in sorted(known, key=len, reverse=True) if len(k) >= 3 and lowered.startswith(k)),
+        None,
+    )
+    if guess is None:
+        close = difflib.get_close_matches(lowered, sorted(known), n=1, cutoff=0.6)
+        guess = close[0] if close else None
+    if guess is not None and guess != key:
+        return f" (did you mean {guess!r}?)"
+    if key in other:
+        if kind == "stdio":
+            return " (a remote server's key: set 'type': 'url' for one)"
+        return " (a stdio server's key: set 'type': 'stdio' for one)"
+    return ""
+
+
 def _check_stdio(name: str, item: Mapping[str, Any]) -> None:
     """A stdio MCP server config: ``command`` a string, ``args`` strings, ``env`` string pairs."""
     command, args, env = item.get("command"), item.get("args", []), item.get("env") or {}
-    timeout = item.get("timeout", CONNECT_TIMEOUT)
+    timeout, cwd = item.get("timeout", CONNECT_TIMEOUT), item.get("cwd")
+    if isinstance(command, list | tuple) and command and isinstance(command[0], str):
+        # Only the program is shown: arguments may hold a token.
+        raise ConfigurationError(
+            f"stdio MCP server {name!r}: 'command' must be a string, got a "
+            f"{type(command).__name__}; 'command' is the program, put its arguments in 'args': "
+            f"{{'command': {command[0]!r}, 'args': [...]}}"
+        )
     if not isinstance(command, str) or not command:
         raise ConfigurationError(f"stdio MCP server {name!r} needs a 'command' (a string)")
+    program = _program_of(command, env.get("PATH") if isinstance(env, Mapping) else None)
+    if program is not None:
+        raise ConfigurationError(
+            f"stdio MCP server {name!r}: 'command' holds a program and its arguments; 'command' "
+            f"is the program, put its arguments in 'args': {{'command': {program!r}, "
+            f"'args': [...]}}"
+        )
     if not isinstance(args, list | tuple) or not all(isinstance(a, str) for a in args):
         raise ConfigurationError(f"stdio MCP server {name!r}: 'args' must be a list of strings")
     if not isinstance(env, Mapping) or not all(
@@ -482,6 +602,25 @@ def _check_stdio(name: str, item: Mapping[str, Any]) -> None:
         raise ConfigurationError(
             f"stdio MCP server {name!r}: 'timeout' must be seconds > 0, got {timeout!r:.40}"
         )
+    if cwd is not None and not isinstance(cwd, str | os.PathLike):
+        raise ConfigurationError(
+            f"stdio MCP server {name!r}: 'cwd' must be a directory path, got {type(cwd).__name__}"
+        )
+
+
+def _program_of(command: str, path: Any) -> str | None:
+    """The program of a ``command`` that holds arguments too (``"uvx mcp-server-time"``), else None.
+
+    Only when the whole string is no program and its first word is one: a
+    path with a space in it stays a command.
+    """
+    first = command.split(maxsplit=1)[0] if command.strip() else ""
+    if first == command.strip() or os.path.exists(command):
+        return None
+    search = path if isinstance(path, str) else None
+    if shutil.which(command, path=search) is None and shutil.which(first, path=search):
+        return first
+    return None
 
 
 def check_mcps(items: Any, env: Mapping[str, str], owner: str) -> list[Any]:

@@ -6,6 +6,12 @@ servers from the session, which starts each server (one per config) on the
 first prompt that needs it and stops them all when the block ends. Prompts
 outside the block start and stop their servers themselves, as always. The
 session lives on a context variable, so only code inside the block sees it.
+
+A prompt that is still running when the block ends (a task the block
+started) keeps the servers it took: leaving the block stops taking prompts
+and stops the servers at once if no prompt holds them, else the last prompt
+to finish stops them. Leaving never waits for those prompts, so a block that
+awaits such a task only after it ends cannot deadlock.
 """
 
 from __future__ import annotations
@@ -25,23 +31,43 @@ __all__ = ["MCPSession", "enter_session", "exit_session", "session_for"]
 class MCPSession:
     """Local MCP servers shared by the prompts of one ``async with agent:`` block.
 
-    `connection` gives the running server for a config, starting it on first
-    use; a server that failed to start or has stopped is started again by
-    the next prompt that needs it. Prompts running at once share a server
-    (their tool calls are separate requests on one MCP connection). `aclose`
-    stops them all.
+    A prompt counts itself in with `acquire`, takes each server with
+    `connection` (started on first use; a server that failed to start or has
+    stopped is started again by the next prompt that needs it) and counts
+    itself out with `release`. Prompts running at once share a server (their
+    tool calls are separate requests on one MCP connection). `aclose` (the
+    block's end) refuses new prompts and stops the servers once no prompt
+    holds them.
     """
 
     def __init__(self, label: str) -> None:
         #: Who the session is for (the agent's name), recorded on ``mcp_connect`` nodes.
         self.label = label
+        #: True once the block has ended: prompts that start now do not use the session.
         self.closed = False
         self._live: dict[tuple[Any, ...], MCPConnection] = {}
+        self._users = 0
+
+    def acquire(self) -> bool:
+        """Count a prompt as using the session's servers; False (not counted) once closed."""
+        if self.closed:
+            return False
+        self._users += 1
+        return True
+
+    async def release(self) -> None:
+        """A prompt is done with the servers; the last one after the block's end stops them."""
+        self._users -= 1
+        if self.closed and self._users == 0:
+            await self._stop()
 
     def connection(self, server: LocalServer) -> tuple[MCPConnection, bool]:
-        """The session's connection to ``server`` and whether it starts now."""
-        if self.closed:
-            raise ConfigurationError(f"the MCP session of {self.label!r} is closed")
+        """The session's connection to ``server`` and whether it starts now (for a prompt holding it)."""
+        if self._users == 0:
+            raise ConfigurationError(
+                f"the MCP session of {self.label!r} is not held by a prompt: call acquire() first"
+                + (" (it is closed: its block has ended)" if self.closed else "")
+            )
         known = self._live.get(server.key)
         if known is not None and known.alive:
             return known, False
@@ -58,15 +84,31 @@ class MCPSession:
         """How many servers the session holds (started or starting)."""
         return len(self._live)
 
+    @property
+    def users(self) -> int:
+        """How many prompts are using the session's servers now."""
+        return self._users
+
     async def aclose(self) -> None:
-        """Stop every server of the session (side by side) and wait until they have."""
+        """Take no more prompts; stop the servers now if no prompt holds them.
+
+        Never waits for the prompts still running: the last of them stops the
+        servers (`release`). Waiting here would deadlock a block whose prompt
+        task is awaited only after the block.
+        """
         self.closed = True
+        if self._users == 0:
+            await self._stop()
+
+    async def _stop(self) -> None:
+        """Stop every server (side by side) and wait until they have."""
         live, self._live = list(self._live.values()), {}
         if live:
             await asyncio.gather(*(c.close() for c in live))
 
     def __repr__(self) -> str:
-        state = "closed" if self.closed else f"{len(self._live)} server(s)"
+        state = f"{len(self._live)} server(s), {self._users} prompt(s)"
+        state = f"closed, {state}" if self.closed else state
         return f"MCPSession({self.label!r}, {state})"
 
 

@@ -3,7 +3,8 @@
 The Messages API request fields are checked against the SDK's own request
 types, ``anthropic.types.MessageCreateParams`` and its beta twin (a value
 either namespace accepts passes: the agent sends ``betas`` and remote MCP
-requests through the beta one), by pydantic in strict mode. A value the SDK's
+requests through the beta one), by pydantic in strict mode; when both refuse
+it, the one whose type it is closer to tells why. A value the SDK's
 types refuse fails when the agent or override is built, with a
 `ConfigurationError` naming the field and the fix, instead of reaching the
 API; a new SDK version brings its own types, so there is no list of values to
@@ -71,6 +72,9 @@ _FIX = {
     "service_tier": "pass 'auto' or 'standard_only'",
     "tools": "pass an Anthropic tool dict such as {'name': ..., 'description': ..., "
     "'input_schema': {'type': 'object', ...}}, or a server tool dict with its 'type'",
+    "tools.mcp_toolset": "an mcp_toolset is {'type': 'mcp_toolset', 'mcp_server_name': ..., "
+    "'default_config': {'enabled': bool, 'defer_loading': bool}, 'configs': {<tool name>: "
+    "{'enabled': bool, 'defer_loading': bool}}}, for a remote server of that name in mcps",
     "mcp_servers": "a remote MCP server is {'type': 'url', 'name': ..., 'url': ...}",
     "container.skills": "an API skill is {'type': 'anthropic' or 'custom', 'skill_id': ..., "
     "'version': ...}",
@@ -127,8 +131,8 @@ def _items_of(annotation: Any) -> list[Any]:
 
 
 @functools.cache
-def _adapters(field: str, part: str | None = None) -> tuple[tuple[str, Any], ...]:
-    """(type name, pydantic TypeAdapter) pairs that say what the SDK accepts.
+def _adapters(field: str, part: str | None = None) -> tuple[tuple[str, Any, bool], ...]:
+    """(type name, pydantic TypeAdapter, is a union) triples that say what the SDK accepts.
 
     ``part`` is ``None`` (the field itself), ``"item"`` (one item of a list
     field, e.g. one tool) or ``"<key>.item"`` (one item of a list under a key
@@ -136,14 +140,14 @@ def _adapters(field: str, part: str | None = None) -> tuple[tuple[str, Any], ...
     """
     from pydantic import TypeAdapter
 
-    found: list[tuple[str, Any]] = []
+    found: list[tuple[str, Any, bool]] = []
     for label, params in _request_types():
         hint = typing.get_type_hints(params).get(field)
         if hint is None:
             continue
         name = f"{label}[{field!r}]"
         if part is None:
-            found.append((name, TypeAdapter(_concrete(hint))))
+            found.append((name, TypeAdapter(_concrete(hint)), _is_union(hint)))
             continue
         key, _, _ = part.rpartition(".")
         holders = [hint]
@@ -156,7 +160,7 @@ def _adapters(field: str, part: str | None = None) -> tuple[tuple[str, Any], ...
             name += f"[{key!r}]"
         for holder in holders:
             for item in _items_of(holder):
-                found.append((f"{name} items", TypeAdapter(item)))
+                found.append((f"{name} items", TypeAdapter(item), _is_union(item)))
     return tuple(found)
 
 
@@ -176,26 +180,62 @@ def _drain(value: Any) -> None:
             stack.extend(list(item))
 
 
-def _refusal(adapters: Sequence[tuple[str, Any]], value: Any) -> tuple[str, str] | None:
-    """``None`` when one of the adapters accepts ``value``; else (type name, what is wrong)."""
+def _is_union(annotation: Any) -> bool:
+    return typing.get_origin(annotation) is typing.Union
+
+
+def _refusal(adapters: Sequence[tuple[str, Any, bool]], value: Any) -> tuple[str, str] | None:
+    """``None`` when one of the adapters accepts ``value``; else (type name, what is wrong).
+
+    When every adapter refuses it, the closest refusal is told (the first
+    adapter's on a tie): a value meant for the beta namespace (an
+    ``mcp_toolset`` tool) is judged by the beta type, not by every member
+    of the standard one.
+    """
     from pydantic import ValidationError
 
-    first: tuple[str, str] | None = None
-    for label, adapter in adapters:
+    best: tuple[tuple[int, int], str, list[Any]] | None = None
+    for label, adapter, union in adapters:
         try:
             _drain(adapter.validate_python(value, strict=True))
         except ValidationError as exc:
-            if first is None:
-                first = (label, _summary(exc))
+            score, errors = _closest(exc.errors(include_url=False), value, union)
+            if best is None or score < best[0]:
+                best = (score, label, errors)
         else:
             return None
-    return first
+    return None if best is None else (best[1], _summary(best[2]))
 
 
-def _summary(exc: Any) -> str:
+def _closest(errors: list[Any], value: Any, union: bool) -> tuple[tuple[int, int], list[Any]]:
+    """The errors of the union member ``value`` is closest to, and how close (lower is closer).
+
+    pydantic reports a dict refused by a union once per member, each error's
+    location starting with the member's name. The closest member is one whose
+    ``type`` tag the dict matches (no error on its ``type``), with the fewest
+    errors; when no member's tag matches, every error is told.
+    """
+    if not union or not isinstance(value, Mapping):
+        return (0, len(errors)), errors
+    members: dict[Any, list[Any]] = {}
+    for error in errors:
+        if error["loc"]:
+            members.setdefault(error["loc"][0], []).append(error)
+    tagged = [
+        found
+        for found in members.values()
+        if not any(tuple(e["loc"][1:]) == ("type",) for e in found)
+    ]
+    if not tagged:
+        return (1, len(errors)), errors
+    closest = min(tagged, key=len)
+    return (0, len(closest)), closest
+
+
+def _summary(errors: list[Any]) -> str:
     """The first few problems pydantic found, one short phrase each."""
     seen: list[str] = []
-    for error in exc.errors(include_url=False):
+    for error in errors:
         # A location also names the union member tried ("ToolParam", "str",
         # "literal[...]"); keep only the keys and indexes of the value itself.
         loc = ".".join(str(p) for p in error["loc"] if _is_key(p))
@@ -265,9 +305,12 @@ def check_api_item(
     if refused is not None:
         label, problem = refused
         shown = f"={_shown(item)}" if show_value else ""
+        fix = _FIX[field]
+        if field == "tools" and isinstance(item, Mapping) and item.get("type") == "mcp_toolset":
+            fix = _FIX["tools.mcp_toolset"]
         raise ConfigurationError(
             f"{owner}: {where}{shown} is refused by the SDK's request type "
-            f"{label} ({problem}); {_FIX[field]}"
+            f"{label} ({problem}); {fix}"
         )
 
 

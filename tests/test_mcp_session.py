@@ -311,3 +311,85 @@ def test_agents_session_needs_no_running_servers_to_be_built(tmp_path: Path) -> 
 
     session = asyncio.run(enter_and_leave())
     assert session is not None and session.closed and counting.pids == []
+
+
+# -- prompts that outlive their block ---------------------------------------------------------
+
+
+async def test_a_prompt_task_started_just_before_the_block_ends_still_finishes(
+    tmp_path: Path,
+) -> None:
+    counting = Counting(tmp_path)
+    agent = Agent(name="a", mcps=[counting.config], client=FakeAnthropicAPI(echo_model).client())
+    async with agent:
+        task = asyncio.create_task(agent.run("late"))
+        await asyncio.sleep(0)  # the prompt has begun, its server is starting
+    result = await task  # neither cancelled nor cut off from its server
+    assert not task.cancelled() and result.output == "late"
+    assert len(counting.pids) == 1 and not alive(counting.pids[0])  # stopped once it was done
+
+
+async def test_a_prompt_waiting_for_the_model_keeps_the_server_after_the_block(
+    tmp_path: Path,
+) -> None:
+    counting = Counting(tmp_path)
+    asked = asyncio.Event()
+
+    def slow_model(request: MessagesRequest) -> Reply:
+        reply = echo_model(request)
+        if not request.tool_results():
+            asked.set()
+            reply.delay = 0.5  # the model's turn is still running when the block ends
+        return reply
+
+    agent = Agent(name="a", mcps=[counting.config], client=FakeAnthropicAPI(slow_model).client())
+    async with agent:
+        task = asyncio.create_task(agent.run("patient"))
+        await asyncio.wait_for(asked.wait(), 20)  # connected, waiting for the model
+    # Leaving did not wait for the prompt, nor stop the server it is using.
+    assert not task.done()
+    (pid,) = counting.pids
+    assert alive(pid)
+    result = await task  # the model then calls the server's tool
+    assert result.output == "patient"
+    (call,) = result.tree.find(type="mcp_call")
+    assert call.status.value == "completed"
+    assert counting.pids == [pid] and not alive(pid)  # the last prompt out stopped it
+
+
+async def test_a_prompt_awaited_only_after_its_block_does_not_deadlock(tmp_path: Path) -> None:
+    counting = Counting(tmp_path)
+    waiting, go = asyncio.Event(), asyncio.Event()
+
+    async def wait_for_go() -> str:
+        """Wait until the caller says go."""
+        waiting.set()
+        await go.wait()
+        return "go"
+
+    def model(request: MessagesRequest) -> Reply:
+        if request.last_user_text() != "gated":
+            return echo_model(request)
+        called = request.tools_called()
+        if not called:
+            return tool_use("wait_for_go", {})
+        if len(called) == 1:
+            return tool_use("mcp__counting__echo", {"word": "after"})
+        return text(str(request.tool_results()[-1]["content"]))
+
+    agent = Agent(
+        name="a",
+        mcps=[counting.config],
+        tools=[wait_for_go],
+        client=FakeAnthropicAPI(model).client(),
+    )
+    async with asyncio.timeout(20):  # a block that waited for the prompt would hang here
+        async with agent:
+            task = asyncio.create_task(agent.run("gated"))
+            await waiting.wait()  # its server is up, the prompt is in a tool call
+        go.set()  # only code after the block lets the prompt go on
+        result = await task
+        # A prompt that starts after the block starts its own server, as outside any block.
+        assert await agent.prompt("fresh") == "fresh"
+    assert result.output == "after"
+    assert len(counting.pids) == 2 and not any(alive(p) for p in counting.pids)

@@ -35,7 +35,10 @@ class MCPServers(Middleware):
     async def wrap_prompt(self, run: PromptRun, call_next: PromptNext) -> PromptResult[Any]:
         settings = run.settings
         check_toolsets(
-            settings.get("tools") or (), settings.get("mcps") or (), f"agent {run.agent.name!r}"
+            settings.get("tools") or (),
+            settings.get("mcps") or (),
+            f"agent {run.agent.name!r}",
+            settings.get("betas"),
         )
         bridge = MCPBridge(
             settings.get("mcps") or [], settings.get("env") or {}, session_for(run.agent)
