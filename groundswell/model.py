@@ -245,15 +245,35 @@ class OutputType:
             inner = schema["properties"][RESULT_KEY]
             if inner.get("title") == "Result":  # pydantic's title for the field, not the type's
                 del inner["title"]
-        where = _open_spot(schema, "")
-        if where is not None:
-            spot = "the answer itself" if where in ("", RESULT_KEY) else where
-            raise ConfigurationError(
-                f"response_format {self.name} leaves the JSON type open at {spot} (Any or "
-                "object): structured output needs a definite type for every value"
-            )
+        found = _unsendable(schema, "")
+        if found is not None:
+            raise self._cannot_send(*found)
         self._json_schema: dict[str, Any] = schema
         self._strict: dict[str, Any] | None = None
+
+    def _cannot_send(self, where: str, kind: str) -> ConfigurationError:
+        head, rest = where[: len(RESULT_KEY)], where[len(RESULT_KEY) :]
+        if self.wrapped and head == RESULT_KEY and rest[:1] in ("", "[", "."):
+            where = rest.lstrip(".")  # the wrapper is ours: name the spot in the user's type
+        spot = {"": "the answer itself", "[]": "the answer's items"}.get(where, where)
+        if kind == "mapping":
+            return ConfigurationError(
+                f"response_format {self.name} has an open mapping (a dict) at {spot}: the API's "
+                "strict JSON schema only allows the keys it names, so the model could only "
+                "answer {} there; use a pydantic model, TypedDict or dataclass with named fields, "
+                "or a list of key/value models (list[Entry] where Entry has key and value fields)"
+            )
+        if kind == "tuple":
+            return ConfigurationError(
+                f"response_format {self.name} has a fixed-length tuple at {spot}: strict JSON "
+                "schema cannot give each position its own type, so the types would be lost; use "
+                "a pydantic model, TypedDict or dataclass with named fields (or list[X] / "
+                "tuple[X, ...] for any number of values of one type)"
+            )
+        return ConfigurationError(
+            f"response_format {self.name} leaves the JSON type open at {spot} (Any or "
+            "object): structured output needs a definite type for every value"
+        )
 
     def _adapter(self, fmt: Any) -> TypeAdapter[Any]:
         try:
@@ -434,16 +454,19 @@ def _closed(schema: Mapping[str, Any]) -> bool:
     return schema.get("additionalProperties", False) is False
 
 
-def _open_spot(schema: Any, where: str) -> str | None:
-    """Where a schema leaves a value's type open (what the strict transform refuses), if anywhere.
+def _unsendable(schema: Any, where: str) -> tuple[str, str] | None:
+    """Where a schema has what strict structured output cannot express, and what, if anywhere.
 
-    Follows ``anthropic.transform_schema``: definitions, properties, items and
-    the members of ``anyOf``/``oneOf``/``allOf``.
+    The kinds are ``"type"`` (a value left open, which the SDK's strict transform
+    refuses), ``"mapping"`` (an object without named properties, which the
+    transform closes to ``{}``) and ``"tuple"`` (``prefixItems``, which it moves
+    into a description). Follows ``anthropic.transform_schema``: definitions,
+    properties, items and the members of ``anyOf``/``oneOf``/``allOf``.
     """
     if not isinstance(schema, Mapping):
         return None
     for name, sub in (schema.get("$defs") or {}).items():
-        found = _open_spot(sub, str(name))
+        found = _unsendable(sub, str(name))
         if found is not None:
             return found
     if "$ref" in schema:
@@ -455,18 +478,22 @@ def _open_spot(schema: Any, where: str) -> str | None:
         or ("const" in schema and _primitive(schema["const"]))
     )
     if not definite:
-        return where
+        return where, "type"
+    if schema.get("type") == "object" and "properties" not in schema and not _closed(schema):
+        return where, "mapping"
+    if "prefixItems" in schema:
+        return where, "tuple"
     for key in ("anyOf", "oneOf", "allOf"):
         for sub in schema.get(key) or ():
-            found = _open_spot(sub, where)
+            found = _unsendable(sub, where)
             if found is not None:
                 return found
     for name, sub in (schema.get("properties") or {}).items():
-        found = _open_spot(sub, f"{where}.{name}" if where else str(name))
+        found = _unsendable(sub, f"{where}.{name}" if where else str(name))
         if found is not None:
             return found
     if isinstance(schema.get("items"), Mapping):
-        return _open_spot(schema["items"], f"{where}[]" if where else "[]")
+        return _unsendable(schema["items"], f"{where}[]")
     return None
 
 

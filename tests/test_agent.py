@@ -805,3 +805,44 @@ async def test_function_tools_are_built_once_and_reused_across_prompts() -> None
     await agent.prompt("two")
     assert groundswell.tools.tool_for(add) is groundswell.tools.tool_for(add)
     assert fake.requests[0].tools == fake.requests[1].tools
+
+
+async def test_history_or_a_dict_in_the_overrides_slot_is_refused_with_the_fix() -> None:
+    fake = FakeAnthropicAPI([text("Paris.")])
+    agent = agent_for(fake)
+    first = await agent.run("Capital of France?")
+    messages: Any = first.messages  # what a pydantic-ai habit passes second
+    settings: Any = {"temperature": 0.1}
+    model: Any = "claude-opus-4-7"
+    history = r"overrides .*must be a PromptOverrides, got list; .*pass message_history="
+    with pytest.raises(ConfigurationError, match=history):
+        await agent.prompt("And of Spain?", messages)
+    with pytest.raises(ConfigurationError, match=history):
+        await agent.run("And of Spain?", messages)
+    with pytest.raises(ConfigurationError, match=history):
+        [e async for e in agent.stream("And of Spain?", first.messages)]  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match=r"got dict; pass PromptOverrides\(\*\*settings\)"):
+        await agent.reflect("x", settings)
+    with pytest.raises(ConfigurationError, match=r"got str; pass PromptOverrides\(model="):
+        await asyncio.to_thread(agent.run_sync, "x", model)
+    assert len(fake.requests) == 1  # nothing was sent for the refused calls
+
+
+PER_PROMPT = r"the output type is set per prompt: Prompt\(user=\.\.\., response_format=\.\.\.\)"
+
+
+@pytest.mark.parametrize(
+    ("option", "hint"),
+    [
+        ("output_type", PER_PROMPT),
+        ("result_type", PER_PROMPT),
+        ("response_format", PER_PROMPT),
+        ("system_prompt", r"did you mean system=\.\.\.\?"),
+        ("instructions", r"did you mean system=\.\.\.\?"),
+        ("temprature", r"did you mean temperature\? options plugins declare"),
+        ("max_token", r"did you mean max_tokens\?"),
+    ],
+)
+def test_options_from_other_frameworks_and_typos_say_what_was_meant(option: str, hint: str) -> None:
+    with pytest.raises(ConfigurationError, match=rf"unknown option '{option}'; {hint}"):
+        Agent(name="a", **dict[str, Any]({option: 1}))

@@ -802,7 +802,7 @@ async def test_the_response_schema_counts_towards_the_budget() -> None:
     class Report(BaseModel):
         title: str
         findings: list[str]
-        severity_by_finding: dict[str, int]
+        severity_by_finding: list[int]
 
     fake = FakeAnthropicAPI()  # answers to the schema
     agent = Agent(name="a", client=fake.client(max_retries=0), max_tokens=100)

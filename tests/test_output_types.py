@@ -7,6 +7,7 @@ import dataclasses
 import enum
 import json
 import pickle
+import re
 import typing
 from typing import Annotated, Any, Literal
 
@@ -304,7 +305,10 @@ class Plain:
         (dict, "dict is an open mapping"),
         (dict[str, int], r"dict\[str, int\] is an open mapping"),
         (Any, "Any leaves the JSON type open at the answer itself"),
-        (list[Any], r"list\[Any\] leaves the JSON type open at result\[\]"),
+        (list[Any], r"list\[Any\] leaves the JSON type open at the answer's items"),
+        (list[dict[str, Any]], r"has an open mapping \(a dict\) at the answer's items"),
+        (dict[str, int] | None, r"has an open mapping \(a dict\) at the answer itself"),
+        (tuple[int, str], r"tuple\[int, str\] has a fixed-length tuple at the answer itself"),
     ],
     ids=lambda v: v if isinstance(v, str) else None,
 )
@@ -320,6 +324,51 @@ def test_a_model_with_an_open_field_is_refused_with_its_place() -> None:
 
     with pytest.raises(ConfigurationError, match=r"Loose leaves the JSON type open at extra"):
         Prompt(user="q", response_format=Loose)
+
+
+class Inner(BaseModel):
+    tags: dict[str, int]
+
+
+class Outer(BaseModel):
+    inner: Inner
+
+
+class Listed(BaseModel):
+    rows: list[dict[str, str]]
+
+
+class Pair(BaseModel):
+    pair: tuple[int, str]
+
+
+@pytest.mark.parametrize(
+    ("fmt", "where"),
+    [(Outer, "Inner.tags"), (Listed, r"rows\[\]"), (list[Listed], r"Listed\.rows\[\]")],
+    ids=["nested-model", "list-field", "in-a-list"],
+)
+def test_an_open_mapping_anywhere_is_refused_with_its_place_and_the_fix(
+    fmt: Any, where: str
+) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        Prompt(user="q", response_format=fmt)
+    message = str(caught.value)
+    assert re.search(rf"has an open mapping \(a dict\) at {where}:", message), message
+    assert "could only answer {} there" in message
+    assert "named fields" in message and "list of key/value models" in message
+
+
+def test_a_fixed_length_tuple_is_refused_and_a_homogeneous_one_is_a_list() -> None:
+    with pytest.raises(ConfigurationError, match=r"Pair has a fixed-length tuple at pair: .*named"):
+        Prompt(user="q", response_format=Pair)
+    schema = output_type(tuple[int, ...]).schema["properties"][WRAPPED]
+    assert schema == {"type": "array", "items": {"type": "integer"}}
+
+
+async def test_a_homogeneous_tuple_comes_back_as_a_tuple() -> None:
+    fake = FakeAnthropicAPI([json_reply({WRAPPED: [1, 2, 3]})])
+    output = await agent_for(fake).prompt(Prompt(user="q", response_format=tuple[int, ...]))
+    assert output == (1, 2, 3)
 
 
 # -- made once per type -----------------------------------------------------------------

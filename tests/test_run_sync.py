@@ -7,6 +7,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+import anthropic
 import pytest
 
 from groundswell import (
@@ -135,3 +136,30 @@ def test_run_sync_from_a_sync_tool_in_a_worker_thread() -> None:
     result: Any = outer.run_sync("Outer question")
     assert result.output == "outer answer"
     assert outer_fake.requests[1].latest_tool_results()[0]["content"] == "inner answer"
+
+
+def test_an_agent_that_makes_its_client_works_on_every_event_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A client's connection pool belongs to the loop it first ran in; an agent
+    # that made its own client must not carry it into the next asyncio.run.
+    fake = FakeAnthropicAPI(["one", "two", "three"])
+
+    async def ask(agent: Agent, text: str) -> str:
+        try:
+            return await agent.prompt(text)
+        finally:
+            await agent.client.close()  # this loop's client: its connections end with it
+
+    with fake.serve() as server:
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-loops")
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.base_url)
+        # No retries, so a dead pool would fail the call instead of costing a retry.
+        made = anthropic.AsyncAnthropic
+        monkeypatch.setattr(anthropic, "AsyncAnthropic", lambda: made(max_retries=0))
+        agent = Agent(name="looper")
+        assert asyncio.run(ask(agent, "a")) == "one"
+        assert asyncio.run(ask(agent, "b")) == "two"
+        with asyncio.Runner() as runner:
+            assert runner.run(ask(agent, "c")) == "three"
+    assert [r.last_user_text() for r in fake.requests] == ["a", "b", "c"]

@@ -1,17 +1,19 @@
-"""What `Agent` checks when it is built: plugin-declared options and its ``deps_type``."""
+"""What `Agent` checks: its options, ``deps_type`` and a call's overrides; the client it makes."""
 
 from __future__ import annotations
 
+import difflib
 import types
 import typing
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from .._serialize import register_secret
 from ..errors import ConfigurationError
 from ..model import type_name
 from ..plugins import get_plugin_manager
 
-__all__ = ["check_options", "deps_check"]
+__all__ = ["check_options", "deps_check", "make_client", "overrides_error"]
 
 
 def check_options(given: Mapping[str, Any], owner: str, own: frozenset[str]) -> dict[str, Any]:
@@ -28,13 +30,30 @@ def check_options(given: Mapping[str, Any], owner: str, own: frozenset[str]) -> 
     for name, value in given.items():
         record = declared.get(name)
         if record is None:
+            if name in _ELSEWHERE:  # a habit from another framework: the fix is known
+                raise ConfigurationError(
+                    f"{owner}: Agent() got an unknown option {name!r}; {_ELSEWHERE[name]}"
+                )
+            close = difflib.get_close_matches(name, sorted(own | declared.keys()), 3, 0.75)
+            guess = f"did you mean {' or '.join(close)}? " if close else ""
             raise ConfigurationError(
-                f"{owner}: Agent() got an unknown option {name!r}; options plugins declare: "
-                f"{', '.join(sorted(declared)) or 'none'} (is the plugin that provides it "
-                "installed and loaded?)"
+                f"{owner}: Agent() got an unknown option {name!r}; {guess}options plugins "
+                f"declare: {', '.join(sorted(declared)) or 'none'} (is the plugin that provides "
+                "it installed and loaded?)"
             )
         options[name] = record.check(value, owner) if record.check is not None else value
     return options
+
+
+# What other agent frameworks (pydantic-ai's Agent among them) call these.
+_PER_PROMPT = "the output type is set per prompt: Prompt(user=..., response_format=...)"
+_ELSEWHERE = {
+    "output_type": _PER_PROMPT,
+    "result_type": _PER_PROMPT,
+    "response_format": _PER_PROMPT,
+    "system_prompt": "did you mean system=...? (the agent's instructions)",
+    "instructions": "did you mean system=...? (the agent's instructions)",
+}
 
 
 def deps_check(expected: Any, owner: str) -> Callable[[Any], bool]:
@@ -61,3 +80,36 @@ def deps_check(expected: Any, owner: str) -> Callable[[Any], bool]:
             f"({exc}); give a class"
         ) from None
     return lambda value: isinstance(value, runtime)
+
+
+def overrides_error(agent: str, overrides: Any) -> ConfigurationError:
+    """The error for a call's ``overrides`` argument that is not a `PromptOverrides`."""
+    kind = type(overrides).__name__
+    if isinstance(overrides, list | tuple):
+        hint = "to continue a conversation pass message_history=result.messages"
+    elif isinstance(overrides, Mapping):
+        hint = "pass PromptOverrides(**settings)"
+    else:
+        hint = "pass PromptOverrides(model=..., temperature=...) or None"
+    return ConfigurationError(
+        f"agent {agent!r}: overrides (the argument after the prompt) must be a "
+        f"PromptOverrides, got {kind}; {hint}"
+    )
+
+
+def make_client(agent: str) -> Any:
+    """An ``anthropic.AsyncAnthropic`` from the environment, its key registered as a secret."""
+    import anthropic
+
+    try:
+        client = anthropic.AsyncAnthropic()
+    except anthropic.AnthropicError as exc:
+        raise ConfigurationError(
+            f"agent {agent!r} has no client: {exc}. Set ANTHROPIC_API_KEY, or pass "
+            "client=... (offline: groundswell.testing.FakeAnthropicAPI().client(); in "
+            "a test: the fake_agents fixture, groundswell.testing.use_fake() or "
+            "agent.override(client=...))"
+        ) from exc
+    if isinstance(client.api_key, str):
+        register_secret(client.api_key)
+    return client

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import inspect
 import os
+import weakref
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, Generic, TypeAlias, TypeVar, overload
 
@@ -33,7 +34,7 @@ from ..run_context import Frame, current_frame, new_run_tree, reset_frame, set_f
 from ..settings_check import check_flag, check_settings
 from ..tools import DepsT, check_cache_policy, check_skills, check_timeout, check_tools
 from ..tree import NodeStatus, NodeType
-from .checks import check_options, deps_check
+from .checks import check_options, deps_check, make_client, overrides_error
 from .loop import run_prompt
 from .middleware import Layer, default_layers, layers_for, merge, resolve
 from .overrides import Forced, check, check_client, forced_for, override_agent
@@ -216,6 +217,12 @@ class Agent(Generic[DepsT]):
         # (the default layers it was merged with, the merged and sorted candidates)
         self._layers: tuple[tuple[Layer, ...], tuple[Layer, ...]] | None = None
         self._client = client
+        # Clients the agent made itself, one per event loop: an SDK client's
+        # connection pool belongs to the loop it first ran in, so run_sync twice
+        # (or run_sync, then asyncio.run) would otherwise share a dead pool.
+        self._made: weakref.WeakKeyDictionary[Any, anthropic.AsyncAnthropic] = (
+            weakref.WeakKeyDictionary()
+        )
         api_key = getattr(client, "api_key", None)
         if isinstance(api_key, str):
             register_secret(api_key)
@@ -249,25 +256,24 @@ class Agent(Generic[DepsT]):
         """The SDK client prompts use now.
 
         An override's client (`override`, ``groundswell.testing.use_fake``)
-        when one is in force; else the one given, created from the
-        environment on first use if none was.
+        when one is in force; else the one given; else one created from the
+        environment, once per event loop (a client's connections belong to
+        the loop they were opened in).
         """
         forced = forced_for(self)
         if forced is not None and forced.client is not None:
             return forced.client
-        if self._client is None:
-            try:
-                self._client = anthropic.AsyncAnthropic()
-            except anthropic.AnthropicError as exc:
-                raise ConfigurationError(
-                    f"agent {self.name!r} has no client: {exc}. Set ANTHROPIC_API_KEY, or pass "
-                    "client=... (offline: groundswell.testing.FakeAnthropicAPI().client(); in "
-                    "a test: the fake_agents fixture, groundswell.testing.use_fake() or "
-                    "agent.override(client=...))"
-                ) from exc
-            if isinstance(self._client.api_key, str):
-                register_secret(self._client.api_key)
-        return self._client
+        if self._client is not None:
+            return self._client
+        try:
+            loop: Any = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = _NO_LOOP
+        made = self._made.get(loop)
+        if made is None:
+            made = make_client(self.name)
+            self._made[loop] = made
+        return made
 
     def override(
         self, *, client: anthropic.AsyncAnthropic | None = None, **settings: Any
@@ -357,7 +363,7 @@ class Agent(Generic[DepsT]):
         """Like `prompt`, but returns a `PromptResult` with the tree, usage and messages."""
         history = self._check_call(message_history, deps)
         return await self._execute(
-            _as_prompt(prompt), overrides or NO_OVERRIDES, None, history, deps
+            _as_prompt(prompt), self._overrides(overrides), None, history, deps
         )
 
     @overload
@@ -410,12 +416,13 @@ class Agent(Generic[DepsT]):
     ) -> AsyncIterator[StreamEvent]:
         """Run the prompt, yielding deltas and tool activity; the last event is ``result``."""
         history = self._check_call(message_history, deps)
+        checked = self._overrides(overrides)
         queue: asyncio.Queue[StreamEvent | BaseException | None] = asyncio.Queue()
 
         async def produce() -> None:
             try:
                 result = await self._execute(
-                    _as_prompt(prompt), overrides or NO_OVERRIDES, queue.put_nowait, history, deps
+                    _as_prompt(prompt), checked, queue.put_nowait, history, deps
                 )
                 queue.put_nowait(StreamEvent("result", result=result.output))
             except BaseException as exc:
@@ -450,6 +457,7 @@ class Agent(Generic[DepsT]):
         Both passes are prompt nodes under one ``reflection`` node (and get ``deps``).
         """
         p = _as_prompt(prompt)
+        self._overrides(overrides)  # before the reflection node starts
         frame = current_frame()
         tree = frame.tree if frame else new_run_tree()
         node = tree.start_node(
@@ -516,6 +524,14 @@ class Agent(Generic[DepsT]):
             return ()
         return check_history(history, f"agent {self.name!r}")
 
+    def _overrides(self, overrides: Any) -> PromptOverrides:
+        """A call's ``overrides`` argument, checked (a common slip passes history there)."""
+        if overrides is None:
+            return NO_OVERRIDES
+        if isinstance(overrides, PromptOverrides):
+            return overrides
+        raise overrides_error(self.name, overrides)
+
     def _candidates(self, overrides: PromptOverrides) -> tuple[Layer, ...]:
         defaults = default_layers()
         known = self._layers
@@ -581,6 +597,13 @@ class Agent(Generic[DepsT]):
 
 
 _OWN_PARAMETERS = frozenset(inspect.signature(Agent.__init__).parameters) - {"self", "options"}
+
+
+class _NoLoop:
+    """The key of the client made outside any event loop (a weakly referable object)."""
+
+
+_NO_LOOP = _NoLoop()
 
 
 def _as_prompt(prompt: Prompt[Any] | str) -> Prompt[Any]:

@@ -347,8 +347,9 @@ async def model_turn(run: PromptRun, params: dict[str, Any]) -> Any:
                 "text": text[:_PREVIEW],
                 "tool_calls": [b.name for b in message.content if b.type == "tool_use"],
                 # The whole answer, so a saved run can be replayed offline
-                # (groundswell.testing.FakeAnthropicAPI.from_trace).
-                "content": message.content,
+                # (groundswell.testing.FakeAnthropicAPI.from_trace); as the dicts
+                # the conversation sends back, which cost less than model_dump.
+                "content": [_block(b) for b in message.content],
             }
         )
         if streaming:
