@@ -74,7 +74,11 @@ def deps_check(expected: Any, owner: str) -> Callable[[Any], bool]:
         )
     try:
         isinstance(None, runtime)
-    except TypeError as exc:  # e.g. a Protocol that is not runtime_checkable
+    except TypeError as exc:
+        if getattr(runtime, "_is_protocol", False):
+            # A Protocol without @runtime_checkable: a static promise that mypy
+            # checks; at run time any object may keep it.
+            return lambda value: True
         raise ConfigurationError(
             f"{owner}: deps_type={type_name(expected)} cannot be checked with isinstance "
             f"({exc}); give a class"
