@@ -173,6 +173,20 @@ class Prompt(Generic[T]):
         object.__setattr__(self, "_rendered", rendered)
         object.__setattr__(self, "_rules", check_rules(self.extract))
 
+    @classmethod
+    def of_text(cls, user: str) -> Prompt[str]:
+        """``Prompt(user=user)``, made without re-checking the fields it leaves unset.
+
+        ``agent.prompt("...")`` makes one per call; this is its fast path.
+        """
+        if not user.strip():
+            raise ConfigurationError(f"Prompt.user must be a non-empty string, got {user!r:.60}")
+        made: Prompt[str] = object.__new__(cls)
+        fields = dict(_BLANK.__dict__)
+        fields["user"] = fields["_rendered"] = user  # no data: the user turn is the text
+        made.__dict__.update(fields)
+        return made
+
     @property
     def output_type(self) -> OutputType | None:
         """How ``response_format`` is asked for and validated (``None`` without one)."""
@@ -298,6 +312,10 @@ NO_OVERRIDES = PromptOverrides()
 
 
 _IDENTIFIER = string.ascii_letters + string.digits + "_"
+
+
+# Every field at its default, checked once: what `Prompt.of_text` copies.
+_BLANK: Prompt[str] = Prompt(user="-")
 
 
 @dataclass(frozen=True, kw_only=True)

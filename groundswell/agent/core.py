@@ -609,6 +609,8 @@ _NO_LOOP = _NoLoop()
 def _as_prompt(prompt: Prompt[Any] | str) -> Prompt[Any]:
     if isinstance(prompt, Prompt):
         return prompt
+    if type(prompt) is str:
+        return Prompt.of_text(prompt)
     if isinstance(prompt, str):
         return Prompt(user=prompt)
     raise ConfigurationError(f"expected a Prompt or a string, got {type(prompt).__name__}")

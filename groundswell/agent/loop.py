@@ -338,20 +338,20 @@ async def model_turn(run: PromptRun, params: dict[str, Any]) -> Any:
             usage[key] = usage.get(key, 0) + value
         node.metrics["usage"] = turn_usage
         node.metrics["attempt"] = attempt
-        text = "".join(getattr(b, "text", "") for b in message.content if b.type == "text")
-        node.payload["response"] = jsonable(
-            {
-                "id": message.id,
-                "model": message.model,
-                "stop_reason": message.stop_reason,
-                "text": text[:_PREVIEW],
-                "tool_calls": [b.name for b in message.content if b.type == "tool_use"],
-                # The whole answer, so a saved run can be replayed offline
-                # (groundswell.testing.FakeAnthropicAPI.from_trace); as the dicts
-                # the conversation sends back, which cost less than model_dump.
-                "content": [_block(b) for b in message.content],
-            }
-        )
+        content = [_block(b) for b in message.content]
+        text = "".join(b["text"] for b in content if b["type"] == "text")
+        node.payload["response"] = {
+            # The API's own ids and names: plain strings, nothing to scrub.
+            "id": str(message.id),
+            "model": str(message.model),
+            "stop_reason": message.stop_reason,
+            "text": jsonable(text[:_PREVIEW]),
+            "tool_calls": [b["name"] for b in content if b["type"] == "tool_use"],
+            # The whole answer, so a saved run can be replayed offline
+            # (groundswell.testing.FakeAnthropicAPI.from_trace); as the dicts
+            # the conversation sends back, which cost less than model_dump.
+            "content": jsonable(content),
+        }
         if streaming:
             node.payload["stream"] = {
                 "text_deltas": deltas["text"],
