@@ -181,7 +181,7 @@ class Prompt(Generic[T]):
         """
         if not user.strip():
             raise ConfigurationError(f"Prompt.user must be a non-empty string, got {user!r:.60}")
-        made: Prompt[str] = object.__new__(cls)
+        made: Prompt[str] = object.__new__(Prompt)
         fields = dict(_BLANK.__dict__)
         fields["user"] = fields["_rendered"] = user  # no data: the user turn is the text
         made.__dict__.update(fields)
