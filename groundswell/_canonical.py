@@ -1,7 +1,9 @@
 """Canonical JSON: one text for equal values, whatever their key order or container type.
 
 Used wherever determinism matters: rendering a prompt's ``data`` into the user
-turn, and (later) cache keys. Canonical forms of non-JSON values:
+turn (`canonical_json`), and cache keys (`canonical_bytes`, the same values
+encoded by orjson: what is hashed need not be readable, only fast and the same
+in every process). Canonical forms of non-JSON values:
 
 =====================  ==================================================
 value                  canonical form
@@ -36,9 +38,20 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+import orjson
 from pydantic import BaseModel
 
-__all__ = ["canonical_json", "canonicalize"]
+__all__ = ["canonical_bytes", "canonical_json", "canonicalize"]
+
+# Whatever orjson would encode in a form of its own (datetimes, dataclasses,
+# subclasses of str, int, dict and list) goes to `default` instead, which refuses
+# it, so that only the canonical conversion below decides those forms.
+_PLAIN = (
+    orjson.OPT_SORT_KEYS
+    | orjson.OPT_PASSTHROUGH_DATETIME
+    | orjson.OPT_PASSTHROUGH_DATACLASS
+    | orjson.OPT_PASSTHROUGH_SUBCLASS
+)
 
 
 def canonicalize(value: Any) -> Any:
@@ -67,6 +80,39 @@ def canonical_json(value: Any, *, indent: int | None = None) -> str:
         indent=indent,
         allow_nan=False,
     )
+
+
+def canonical_bytes(value: Any) -> bytes:
+    """Compact UTF-8 JSON of ``value``'s canonical form, by orjson: what cache keys hash.
+
+    Equal values give equal bytes in every process and on every machine (no
+    choice depends on what is installed): plain JSON data (the usual case) is
+    encoded as it is, anything else is converted by `canonicalize` first, and
+    only what orjson cannot encode at all (ints wider than 64 bits, nesting
+    deeper than 254 levels) is encoded by the standard library. Its text differs
+    from `canonical_json`'s (floats such as ``1e-07`` are written ``1e-7``), so
+    the two are never mixed in one key. Refuses what `canonical_json` refuses.
+    """
+    try:
+        encoded = orjson.dumps(value, option=_PLAIN, default=_refuse)
+    except TypeError:  # orjson.JSONEncodeError: not plain JSON data
+        pass
+    else:
+        # orjson writes NaN and infinities as null, where the canonical form is a
+        # string; so a null needs the full conversion to tell which it was.
+        if b"null" not in encoded:
+            return encoded
+    canon = canonicalize(value)
+    try:
+        return orjson.dumps(canon, option=orjson.OPT_SORT_KEYS)
+    except TypeError:
+        # No plain data orjson encodes gives this text (its ints and depth are out
+        # of orjson's range), so the two encoders never give one key to two values.
+        # Lone surrogates end here too, and fail to encode as they always have.
+        text = json.dumps(
+            canon, sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False
+        )
+        return text.encode()
 
 
 def _refuse(value: Any) -> Any:
@@ -110,7 +156,8 @@ def _canon(value: Any, where: str, seen: set[int]) -> Any:
 def _key(key: Any, where: str, seen: set[int]) -> str:
     """A mapping key as JSON text: strings as they are, others by their canonical form."""
     if isinstance(key, str):
-        return key
+        # An exact str: the same text in JSON, and orjson takes no subclass as a key.
+        return key if type(key) is str else str.__str__(key)
     canon = _canon(key, where, seen)
     # Dates, UUIDs, enums of strings...: their string form, not a quoted JSON string.
     return canon if isinstance(canon, str) else json.dumps(canon, sort_keys=True)

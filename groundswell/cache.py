@@ -1,14 +1,14 @@
 """Caching: the backend protocol, canonical request keys, backend selection.
 
 A response-cache key is ``"<namespace>:<sha256 hex>"``. The namespace is the
-agent's name unless set; the hash covers a canonical JSON (see
-``groundswell._canonical``) of everything that changes the answer: the model,
-the user turn with its rendered data, the system prompt, ``max_tokens``,
-sampling settings, stop sequences, full tool definitions (local MCP tools
-included), remote MCP servers (their tokens left out), skills and container,
-``thinking``, ``tool_choice``, ``output_config`` (so the response schema), any
-other pass-through field, and a format version so a change of key format
-never reads stale entries. Headers and ``env`` are never part of a key.
+agent's name unless set; the hash covers a canonical JSON (orjson's encoding of
+the canonical form, see ``groundswell._canonical``) of everything that changes
+the answer: the model, the user turn with its rendered data, the system
+prompt, ``max_tokens``, sampling settings, stop sequences, full tool
+definitions (local MCP tools included), remote MCP servers (their tokens left
+out), skills and container, ``thinking``, ``tool_choice``, ``output_config``
+(so the response schema), any other pass-through field, and a format version
+so a change of key format never reads stale entries. Headers and ``env`` are never part of a key.
 
 Every backend call the kernel makes has a deadline, and a backend that keeps
 failing is skipped for a while (a circuit breaker per backend instance), so a
@@ -36,7 +36,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
-from ._canonical import canonical_json
+from ._canonical import canonical_bytes
 from ._serialize import redact
 from .cache_guard import Unavailable, guard_for, shown
 from .errors import ConfigurationError, GroundswellError, PluginError
@@ -119,8 +119,9 @@ def _entry_problem(entry: Any) -> str | None:
         return None
     if isinstance(entry, Mapping) and "value" in entry:
         return None
+    what = "a dict without a 'value' key" if isinstance(entry, Mapping) else shown(entry)
     return (
-        f"get returned {shown(entry)}; it must return None on a miss, or the dict set() "
+        f"get returned {what}; it must return None on a miss, or the dict set() "
         "stored under that key (with its 'value' and 'stored_at' keys)"
     )
 
@@ -146,7 +147,7 @@ def schema_hash(schema: Any) -> str:
     known = _schema_hashes.get(id(schema))
     if known is not None and known[0] is schema:
         return known[1]
-    digest = hashlib.sha256(canonical_json(schema).encode()).hexdigest()
+    digest = hashlib.sha256(canonical_bytes(schema)).hexdigest()
     if len(_schema_hashes) > 1024:
         _schema_hashes.clear()
     _schema_hashes[id(schema)] = (schema, digest)  # holding the schema keeps its id unique
@@ -154,21 +155,23 @@ def schema_hash(schema: Any) -> str:
 
 
 def _keyable(params: Mapping[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for name, value in params.items():
-        if name in _NOT_IN_KEY:
-            continue
-        if name == "extra_body":
-            out.update(value)  # temperature & co. count
-        elif name == "mcp_servers":
-            out[name] = [{k: v for k, v in s.items() if k not in _SECRET_FIELDS} for s in value]
-        elif name == "output_config" and isinstance(value, Mapping):
-            fmt = value.get("format")
-            if isinstance(fmt, Mapping) and "schema" in fmt:
-                fmt = {**fmt, "schema": {"sha256": schema_hash(fmt["schema"])}}
-            out[name] = {**value, "format": fmt}
-        else:
-            out[name] = value
+    out = dict(params)  # copied whole, then the few fields that need it are changed
+    for name in _NOT_IN_KEY:
+        out.pop(name, None)
+    extra = out.pop("extra_body", None)
+    if extra:
+        out.update(extra)  # temperature & co. count, as the SDK sends them: over the rest
+    servers = out.get("mcp_servers")
+    if servers:
+        out["mcp_servers"] = [
+            {k: v for k, v in s.items() if k not in _SECRET_FIELDS} for s in servers
+        ]
+    config = out.get("output_config")
+    if isinstance(config, Mapping):
+        fmt = config.get("format")
+        if isinstance(fmt, Mapping) and "schema" in fmt:
+            fmt = {**fmt, "schema": {"sha256": schema_hash(fmt["schema"])}}
+        out["output_config"] = {**config, "format": fmt}
     return out
 
 
@@ -183,7 +186,7 @@ def request_cache_key(namespace: str, params: Mapping[str, Any]) -> str:
             f"cache namespace must be non-empty without ':', got {namespace!r}"
         )
     material = {"v": KEY_VERSION, "request": _keyable(params)}
-    digest = hashlib.sha256(canonical_json(material).encode()).hexdigest()
+    digest = hashlib.sha256(canonical_bytes(material)).hexdigest()
     return f"{namespace}:{digest}"
 
 
@@ -299,6 +302,15 @@ async def through_cache(
     loop = asyncio.get_running_loop()
     slot = (id(loop), id(cache), key)
     leader = _inflight.get(slot)
+    if leader is None:
+        # Looked up before any in-flight bookkeeping: a hit (the usual case) needs none.
+        # Callers whose lookups overlap each read the backend; the misses among them
+        # still share one produce() below, since nothing awaits between that check
+        # and the registration.
+        hit = await _lookup(cache, key, decode, tree, node)
+        if hit is not None:
+            return hit[0], True
+        leader = _inflight.get(slot)
     if leader is not None:  # the same request is already being answered
         value = await asyncio.shield(leader)
         node.metrics["cache"] = "hit"
@@ -306,31 +318,9 @@ async def through_cache(
         return decode(value), True
     future: asyncio.Future[Any] = loop.create_future()
     # Nobody may be waiting: mark any exception as seen so asyncio does not warn.
-    future.add_done_callback(lambda f: f.cancelled() or f.exception())
+    future.add_done_callback(_seen)
     _inflight[slot] = future
     try:
-        guard = guard_for(cache, functools.partial(_label, cache))
-        try:
-            entry = await guard.call(
-                "get", functools.partial(cache.get, key), guard.timeout_s, check=_entry_problem
-            )
-        except Unavailable as exc:
-            entry = None
-            _contain(cache, exc, tree, node, key)
-        if entry is not None:
-            try:
-                result = decode(entry["value"])
-                now = time.time()
-                age = max(0.0, now - float(entry.get("stored_at", now)))
-            except Exception as exc:  # a stale or foreign entry: treat as a miss
-                tree.add_event(
-                    node, "cache_error", key=key, operation="decode", error=str(exc)[:200]
-                )
-            else:
-                node.metrics["cache"] = "hit"
-                tree.add_event(node, "cache_hit", key=key, age_s=round(age, 3))
-                future.set_result(entry["value"])
-                return result, True
         node.metrics["cache"] = "miss"
         tree.add_event(node, "cache_miss", key=key)
         value = await produce()
@@ -354,11 +344,45 @@ async def through_cache(
             del _inflight[slot]
 
 
+def _seen(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
+async def _lookup(
+    cache: Cache, key: str, decode: Callable[[Any], T], tree: EventTree, node: EventNode
+) -> tuple[T] | None:
+    """``(value,)`` decoded from the entry under ``key``, recorded as a hit; ``None`` on a miss.
+
+    A failing backend and an entry that does not decode are misses, recorded.
+    """
+    guard = guard_for(cache, _label)
+    try:
+        entry = await guard.call(
+            "get", functools.partial(cache.get, key), guard.timeout_s, check=_entry_problem
+        )
+    except Unavailable as exc:
+        _contain(cache, exc, tree, node, key)
+        return None
+    if entry is None:
+        return None
+    try:
+        result = decode(entry["value"])
+        now = time.time()
+        age = max(0.0, now - float(entry.get("stored_at", now)))
+    except Exception as exc:  # a stale or foreign entry: treat as a miss
+        tree.add_event(node, "cache_error", key=key, operation="decode", error=str(exc)[:200])
+        return None
+    node.metrics["cache"] = "hit"
+    tree.add_event(node, "cache_hit", key=key, age_s=round(age, 3))
+    return (result,)
+
+
 async def store_entry(
     cache: Cache, key: str, encoded: Any, tree: EventTree, node: EventNode, ttl: float | None = None
 ) -> None:
     """Store an encoded value as a cache entry; a failing or skipped cache is recorded, never raised."""
-    guard = guard_for(cache, functools.partial(_label, cache))
+    guard = guard_for(cache, _label)
     try:
         await guard.call(
             "set", functools.partial(cache.set, key, cache_entry(encoded), ttl), guard.timeout_s
@@ -420,7 +444,7 @@ def _tool_key(policy: ToolCachePolicy, tool: str, arguments: dict[str, Any]) -> 
         if missing:
             material["$missing"] = sorted(missing)
     digest = hashlib.sha256(
-        canonical_json({"v": KEY_VERSION, "tool": tool, "args": material}).encode()
+        canonical_bytes({"v": KEY_VERSION, "tool": tool, "args": material})
     ).hexdigest()
     return f"{_tool_prefix(tool)}{digest}"
 
@@ -483,7 +507,7 @@ async def invalidate(event: str) -> int:
         cache = _caches_by_id.get(cache_id)
         if cache is None:
             continue
-        guard = guard_for(cache, functools.partial(_label, cache))
+        guard = guard_for(cache, _label)
         try:
             removed += await guard.call(
                 "bust_prefix",

@@ -35,6 +35,7 @@ __all__ = [
     "SKIP_AFTER",
     "SKIP_FOR_S",
     "TIMEOUT_S",
+    "Deadline",
     "Guard",
     "Unavailable",
     "guard_for",
@@ -138,7 +139,7 @@ class Guard:
                 if left > 0 or self.probing:
                     raise Unavailable(self, operation, "skipped", max(0.0, left))
                 self.probing = probe = True
-        deadline = asyncio.timeout(timeout)
+        deadline = Deadline(timeout)
         try:
             result = await within(call, deadline)
         except _NotAwaitable as exc:
@@ -196,7 +197,34 @@ class Guard:
             logger.warning("cache backend %s works again", self.label)
 
 
-async def within(call: Callable[[], Awaitable[T]], deadline: asyncio.Timeout) -> T:
+class Deadline:
+    """A time limit, counted from when it is made, that is set on the loop only if needed.
+
+    ``asyncio.timeout()`` itself costs an in-memory cache hit more than the lookup
+    (a timer handle per call); most calls finish before they would need one.
+    """
+
+    __slots__ = ("_start", "_timer", "seconds")
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._start = time.monotonic()
+        self._timer: asyncio.Timeout | None = None
+
+    def arm(self) -> asyncio.Timeout:
+        """The ``asyncio.Timeout`` to enter, due ``seconds`` after this deadline was made."""
+        loop = asyncio.get_running_loop()
+        # The loop's clock may not be time.monotonic(): carry over the time already spent.
+        spent = time.monotonic() - self._start
+        self._timer = asyncio.timeout_at(loop.time() + self.seconds - spent)
+        return self._timer
+
+    def expired(self) -> bool:
+        """True when the call was stopped because the time was up."""
+        return self._timer is not None and self._timer.expired()
+
+
+async def within(call: Callable[[], Awaitable[T]], deadline: Deadline) -> T:
     """``await call()`` under ``deadline``, armed only if the call has to wait.
 
     An in-memory backend answers without ever suspending; arming a timer for it
@@ -211,7 +239,7 @@ async def within(call: Callable[[], Awaitable[T]], deadline: asyncio.Timeout) ->
         first = next(steps)
     except StopIteration as done:
         return done.value  # type: ignore[no-any-return]
-    async with deadline:
+    async with deadline.arm():
         result: T = await _Resumed(steps, first)
     return result
 
@@ -284,13 +312,14 @@ _pinned: dict[int, Cache] = {}
 _guards_lock = threading.Lock()
 
 
-def guard_for(cache: Cache, label: Callable[[], str]) -> Guard:
+def guard_for(cache: Cache, label: Callable[[Cache], str]) -> Guard:
+    """The `Guard` of ``cache``, made on first use with ``label(cache)`` as its name."""
     guard = _guards.get(id(cache))
     if guard is not None:
         return guard
     with _guards_lock:
         if id(cache) not in _guards:
-            _guards[id(cache)] = Guard(label())
+            _guards[id(cache)] = Guard(label(cache))
             try:  # forget the guard with its backend, so a new one at that id starts afresh
                 weakref.finalize(cache, _guards.pop, id(cache), None)
             except TypeError:  # no weak references: keep the backend, so its id stays its own

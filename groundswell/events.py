@@ -58,9 +58,27 @@ class Event:
     data: dict[str, Any]
     run_id: str = ""
 
+    # Every change of an observed tree makes one on the run's thread: written
+    # through the slots directly, it costs half of the generated frozen __init__.
+    def __init__(
+        self, kind: EventKind, node: EventNode, data: dict[str, Any], run_id: str = ""
+    ) -> None:
+        _set_kind(self, kind)
+        _set_node(self, node)
+        _set_data(self, data)
+        _set_run_id(self, run_id)
+
     def to_record(self) -> dict[str, Any]:
         """The JSONL log line for this event: ``{"kind", "run_id", "data"}``."""
         return {"kind": self.kind, "run_id": self.run_id, "data": self.data}
+
+
+# The slots' own setters: they skip the frozen class's __setattr__ that refuses changes.
+_slots = vars(Event)
+_set_kind = _slots["kind"].__set__
+_set_node = _slots["node"].__set__
+_set_data = _slots["data"].__set__
+_set_run_id = _slots["run_id"].__set__
 
 
 @runtime_checkable
@@ -152,7 +170,8 @@ class _SinkWorker:
                 self._wake.notify()
 
     def put(self, event: Event) -> None:
-        if len(self._events) >= QUEUE_SIZE:
+        events = self._events
+        if len(events) >= QUEUE_SIZE:
             self.dropped += 1
             if not self._reported_drop:
                 self._reported_drop = True
@@ -162,7 +181,11 @@ class _SinkWorker:
                     self.name,
                 )
             return
-        self._push(event)
+        # _push inlined: this runs on the run's thread for every event and sink.
+        events.append(event)
+        if self._sleeping and len(events) >= WAKE_AT:
+            with self._wake:
+                self._wake.notify()
 
     def _run(self) -> None:
         events = self._events

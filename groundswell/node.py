@@ -8,8 +8,10 @@ a file; the label functions give the line ``render()`` and the renderer draw.
 
 from __future__ import annotations
 
+import enum
 import math
 import os
+import random
 import time
 from collections.abc import Sequence
 from enum import StrEnum
@@ -67,12 +69,25 @@ NODE_FIELDS = (
     "events",
     "error",
 )
-_SLOTS = tuple(f for f in NODE_FIELDS if f != "events")
+_SLOTS = tuple(f for f in NODE_FIELDS if f not in ("events", "payload", "metrics"))
+
+# 64 random bits: unique across processes and machines. A Mersenne Twister seeded
+# from os.urandom gives them without a system call per node (os.urandom was a
+# quarter of a step's cost, and under threads a GIL hand-off); ids name nodes,
+# they guard nothing, so they need no cryptographic generator.
+_ids = random.Random()
+# A forked child inherits the generator's state: reseed it there, or parent and
+# child would hand out the same ids.
+os.register_at_fork(after_in_child=_ids.seed)
+_random_bits = _ids.getrandbits
 
 
-def _new_id() -> str:
-    # 64 random bits: unique across processes and machines, and about 5x cheaper than uuid4().
-    return os.urandom(8).hex()
+class _Unset(enum.Enum):
+    # A sentinel that survives pickling and copying (an Enum member stays itself).
+    UNSET = enum.auto()
+
+
+_UNSET = _Unset.UNSET
 
 
 class EventNode:
@@ -87,7 +102,19 @@ class EventNode:
 
     # children and events are created on first use: most nodes are leaves without
     # events, and two fewer GC-tracked lists per node halves the cost of big trees.
-    __slots__ = (*_SLOTS, "_children", "_events", "_t0")
+    # payload and metrics too: a step's only entries are its output and duration,
+    # which wait in _output and _duration until someone reads the dict (two dicts
+    # were half a step node's memory).
+    __slots__ = (
+        *_SLOTS,
+        "_children",
+        "_duration",
+        "_events",
+        "_metrics",
+        "_output",
+        "_payload",
+        "_t0",
+    )
 
     def __init__(
         self,
@@ -100,7 +127,8 @@ class EventNode:
         timestamp: float | None = None,
         payload: dict[str, Any] | None = None,
     ) -> None:
-        self.id: str = id or _new_id()
+        # 16 hex digits: what _ids.randbytes(8).hex() gives, without its Python frame.
+        self.id: str = id or _random_bits(64).to_bytes(8, "little").hex()
         # Enum lookups by value are slow; skip them for values that are already members.
         self.type: NodeType = type if type.__class__ is NodeType else NodeType(type)
         self.name: str = name
@@ -109,8 +137,10 @@ class EventNode:
         self.ended_at: float | None = None
         self.parent_id: str | None = parent_id
         self._children: list[EventNode] | None = None
-        self.payload: dict[str, Any] = payload if payload is not None else {}
-        self.metrics: dict[str, Any] = {}
+        self._payload: dict[str, Any] | None = payload
+        self._output: Any = _UNSET
+        self._metrics: dict[str, Any] | None = None
+        self._duration: float | None = None
         self._events: list[dict[str, Any]] | None = None
         self.error: dict[str, Any] | None = None
         self._t0: float = time.perf_counter()
@@ -122,6 +152,40 @@ class EventNode:
         if kids is None:
             kids = self._children = []
         return kids
+
+    @property
+    def payload(self) -> dict[str, Any]:
+        """JSON-safe inputs and outputs (``"output"`` once the node has one)."""
+        payload = self._payload
+        if payload is None:
+            # The dict first, the output after: a `finish` in another thread then
+            # either sees the dict or has set _output before it is read here.
+            payload = self._payload = {}
+            output = self._output
+            if output is not _UNSET:
+                payload.setdefault("output", output)
+        return payload
+
+    @payload.setter
+    def payload(self, value: dict[str, Any]) -> None:
+        self._payload = value
+        self._output = _UNSET
+
+    @property
+    def metrics(self) -> dict[str, Any]:
+        """Measurements: ``"duration"`` (seconds) once the node ends, tokens, attempts..."""
+        metrics = self._metrics
+        if metrics is None:
+            metrics = self._metrics = {}  # first, as in `payload`
+            duration = self._duration
+            if duration is not None:
+                metrics.setdefault("duration", duration)
+        return metrics
+
+    @metrics.setter
+    def metrics(self, value: dict[str, Any]) -> None:
+        self._metrics = value
+        self._duration = None
 
     @property
     def events(self) -> list[dict[str, Any]]:
@@ -138,7 +202,7 @@ class EventNode:
     @property
     def duration(self) -> float | None:
         """Wall time in seconds, or ``None`` while the node is still running."""
-        value = self.metrics.get("duration")
+        value = metrics_of(self).get("duration")
         return float(value) if _is_number(value) else None
 
     def to_dict(self) -> dict[str, Any]:
@@ -151,8 +215,8 @@ class EventNode:
             "timestamp": self.timestamp,
             "ended_at": self.ended_at,
             "parent_id": self.parent_id,
-            "payload": self.payload,
-            "metrics": self.metrics,
+            "payload": payload_of(self),
+            "metrics": metrics_of(self),
             "events": self._events if self._events is not None else [],
             "error": self.error,
             "children": [c.id for c in self._children] if self._children else [],
@@ -177,6 +241,41 @@ class EventNode:
         return f"EventNode({self.type.value} {self.name!r} {self.status.value} id={self.id})"
 
 
+_blank = object.__new__
+
+
+def new_node(
+    type: NodeType | str,
+    name: str,
+    parent_id: str | None = None,
+    payload: dict[str, Any] | None = None,
+    id: str | None = None,
+) -> EventNode:
+    """``EventNode(type, name, id=id, parent_id=parent_id, payload=payload)``, for less.
+
+    Calling a class with keywords is slow (0.3 us, half of what the node costs),
+    and the tree starts a node for every step and call. This sets the slots
+    ``__init__`` sets, to the same values (tests/test_hotpath_semantics.py checks).
+    """
+    node: EventNode = _blank(EventNode)
+    node.id = id or _random_bits(64).to_bytes(8, "little").hex()
+    node.type = type if type.__class__ is NodeType else NodeType(type)
+    node.name = name
+    node.status = NodeStatus.RUNNING
+    node.timestamp = time.time()
+    node.ended_at = None
+    node.parent_id = parent_id
+    node._children = None
+    node._payload = payload
+    node._output = _UNSET
+    node._metrics = None
+    node._duration = None
+    node._events = None
+    node.error = None
+    node._t0 = time.perf_counter()
+    return node
+
+
 # The tree reads a node's lazily created lists through these, so that walking or
 # saving a tree never creates an empty list on every leaf.
 
@@ -191,9 +290,42 @@ def recorded_events(node: EventNode) -> Sequence[dict[str, Any]]:
     return node._events or ()
 
 
-def elapsed(node: EventNode) -> float:
-    """Seconds since ``node`` was created, on the monotonic clock (its duration when it ends)."""
-    return time.perf_counter() - node._t0
+def payload_of(node: EventNode) -> dict[str, Any]:
+    """``node.payload`` for reading: the node's own dict, or a new one if it has none yet."""
+    payload = node._payload
+    if payload is not None:
+        return payload
+    output = node._output
+    return {} if output is _UNSET else {"output": output}
+
+
+def metrics_of(node: EventNode) -> dict[str, Any]:
+    """``node.metrics`` for reading: the node's own dict, or a new one if it has none yet."""
+    metrics = node._metrics
+    if metrics is not None:
+        return metrics
+    duration = node._duration
+    return {} if duration is None else {"duration": duration}
+
+
+def finish(node: EventNode, status: NodeStatus, output: Any, with_output: bool) -> None:
+    """End ``node``: its output (JSON-safe already) if ``with_output``, ``ended_at``, its
+    duration (``metrics["duration"]``, monotonic clock), and ``status`` last."""
+    # Each value goes to its slot first and then into the dict if there is one:
+    # a reader creating the dict in another thread (the `payload` and `metrics`
+    # properties) cannot lose it in between.
+    if with_output:
+        node._output = output
+        payload = node._payload
+        if payload is not None:
+            payload["output"] = output
+    node.ended_at = time.time()
+    node._duration = duration = time.perf_counter() - node._t0
+    metrics = node._metrics
+    if metrics is not None:
+        metrics["duration"] = duration
+    # Last, so that nobody sees a "completed" node without its output.
+    node.status = status
 
 
 # -- records ---------------------------------------------------------------------
@@ -203,8 +335,8 @@ def start_record(node: EventNode) -> dict[str, Any]:
     """The data of a ``node_start`` event: the node's `to_dict` record, without children."""
     # Copies, not the node's live containers: the node keeps changing after this event.
     record = node.to_dict()
-    record["payload"] = dict(node.payload)
-    record["metrics"] = dict(node.metrics)
+    record["payload"] = dict(payload_of(node))
+    record["metrics"] = dict(metrics_of(node))
     record["events"] = list(node._events or ())
     record["children"] = []
     return record
@@ -216,8 +348,8 @@ def end_record(node: EventNode) -> dict[str, Any]:
         "id": node.id,
         "status": node.status.value,
         "ended_at": node.ended_at,
-        "metrics": dict(node.metrics),
-        "payload": dict(node.payload),
+        "metrics": dict(metrics_of(node)),
+        "payload": dict(payload_of(node)),
         "error": node.error,
     }
 
@@ -324,29 +456,30 @@ def label_parts(node: EventNode) -> list[tuple[str, str]]:
         (scrub(node.name), "bold"),
     ]
     # Metrics may come from a file written by anything: draw only well-typed ones.
-    duration = node.metrics.get("duration")
+    metrics = metrics_of(node)
+    duration = metrics.get("duration")
     if _is_number(duration):
         parts.append((f"{duration * 1000:.1f}ms", "blue"))
     if status is not NodeStatus.COMPLETED:
         parts.append((status.value, _STATUS_STYLE[status]))
-    attempt = node.metrics.get("attempt")
+    attempt = metrics.get("attempt")
     if isinstance(attempt, int) and node.type in (NodeType.STEP, NodeType.PROMPT):
         parts.append((f"attempt {attempt}", "yellow" if attempt > 1 else "dim"))
-    usage = node.metrics.get("usage")
+    usage = metrics.get("usage")
     if isinstance(usage, dict) and usage:
         tokens = f"{usage.get('input_tokens', 0)}→{usage.get('output_tokens', 0)} tok"
         cached = usage.get("cache_read_input_tokens")
         if cached:
             tokens += f" ({cached} cached)"
         parts.append((tokens, "cyan"))
-    before, after = node.metrics.get("tokens_before"), node.metrics.get("tokens_after")
+    before, after = metrics.get("tokens_before"), metrics.get("tokens_after")
     if isinstance(before, int):
         shrunk = f"{before}→{after} tok" if isinstance(after, int) else f"{before} tok"
         parts.append((shrunk, "cyan"))
-    if "cache" in node.metrics:
-        hit = node.metrics["cache"] == "hit"
+    if "cache" in metrics:
+        hit = metrics["cache"] == "hit"
         parts.append(("⚡ cache hit" if hit else "cache miss", "bold magenta" if hit else "dim"))
-    if node.metrics.get("recovered"):
+    if metrics.get("recovered"):
         parts.append(("↺ recovered", "bold green"))
     if node.error:
         error = node.error if isinstance(node.error, dict) else {"message": node.error}

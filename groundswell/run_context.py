@@ -25,6 +25,7 @@ __all__ = [
     "current_frame",
     "current_node",
     "current_tree",
+    "enter_frame",
     "new_run_tree",
     "record_event",
     "reset_frame",
@@ -50,6 +51,27 @@ _frame: ContextVar[Frame | None] = ContextVar("groundswell_frame", default=None)
 
 def set_frame(frame: Frame) -> Token[Frame | None]:
     """Make ``frame`` the current position; pass the token to `reset_frame` when done."""
+    return _frame.set(frame)
+
+
+# Frame is frozen, so its generated __init__ sets each field through
+# object.__setattr__; the slots' own setters do the same in half the time, which
+# counts for a step (a few microseconds in all).
+_new_frame = object.__new__
+_set_tree, _set_node, _set_workflow, _set_agent = (
+    vars(Frame)[field].__set__ for field in ("tree", "node", "workflow", "agent")
+)
+
+
+def enter_frame(
+    tree: EventTree, node: EventNode, workflow: WorkflowContext | None = None, agent: Any = None
+) -> Token[Frame | None]:
+    """``set_frame(Frame(tree, node, workflow, agent))``, faster: for every step."""
+    frame = _new_frame(Frame)
+    _set_tree(frame, tree)
+    _set_node(frame, node)
+    _set_workflow(frame, workflow)
+    _set_agent(frame, agent)
     return _frame.set(frame)
 
 

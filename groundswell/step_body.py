@@ -9,14 +9,26 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Awaitable
+from types import FunctionType
 from typing import Any, TypeVar
 
 from .errors import ConfigurationError, StepTimeout
 from .tree import EventNode, EventTree, NodeStatus
 
-__all__ = ["call_body", "within_timeout"]
+__all__ = ["call_body", "start_body", "within_timeout"]
 
 T = TypeVar("T")
+_COROUTINE = inspect.CO_COROUTINE
+
+
+def start_body(name: str, fn: Any) -> Awaitable[Any]:
+    """What awaiting runs the body ``fn`` of step ``name``: ``call_body(name, fn)``, or
+    ``fn()`` itself when ``fn`` is a plain ``async def`` function (the usual case)."""
+    # The exact check is what inspect.iscoroutinefunction ends with, without its
+    # unwrapping (0.3-0.8 us); anything else takes call_body's full checks.
+    if fn.__class__ is FunctionType and fn.__code__.co_flags & _COROUTINE:
+        return fn()  # type: ignore[no-any-return]
+    return call_body(name, fn)
 
 
 async def call_body(name: str, fn: Any) -> Any:

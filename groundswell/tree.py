@@ -29,9 +29,11 @@ from .node import (
     NodeStatus,
     NodeType,
     child_nodes,
-    elapsed,
     end_record,
+    finish,
     label,
+    metrics_of,
+    new_node,
     node_from_record,
     record_error,
     record_field,
@@ -95,10 +97,13 @@ class EventTree:
             payload = jsonable(payload)
         if id is not None and id in self._nodes:
             raise ValueError(f"node id {id!r} is already in this tree")
-        node = EventNode(
-            type, name, id=id, parent_id=parent.id if parent else None, payload=payload
-        )
-        self._attach(node, parent)
+        node = new_node(type, name, parent.id if parent else None, payload, id)
+        nodes = self._nodes
+        if parent is not None and parent.id in nodes:  # `_attach`, inline for the usual case
+            parent.children.append(node)
+            nodes[node.id] = node
+        else:
+            self._attach(node, parent)
         if self._dispatch is not None:
             self._dispatch(Event("node_start", node, start_record(node), self._run_id()))
         return node
@@ -132,16 +137,18 @@ class EventTree:
     ) -> None:
         """Finish ``node`` with a final status, its duration, and its output or error."""
         final = status if status.__class__ is NodeStatus else NodeStatus(status)
-        # Fill every field first and flip the status last, so nobody sees a
-        # "completed" node without its output.
+        # Fill every field first and flip the status last (`finish`), so nobody sees
+        # a "completed" node without its output.
         if error is not None:
             # The traceback is read here, on failure only: completing costs nothing more.
             node.error = failure_record(error)
         if record_output:
-            node.payload["output"] = jsonable(output)
-        node.ended_at = time.time()
-        node.metrics["duration"] = elapsed(node)
-        node.status = final
+            kind = output.__class__
+            # Numbers and None are JSON already and hold no secret (strings may: they
+            # go through jsonable like everything else).
+            if not (kind is int or kind is bool or output is None):
+                output = jsonable(output)
+        finish(node, final, output, record_output)
         if self._dispatch is not None:
             self._dispatch(Event("node_end", node, end_record(node), self._run_id()))
 
@@ -343,7 +350,7 @@ class EventTree:
                 data = {"id": node.id, "event": event}
                 yield Event("node_event", node, scrub_json(data), run_id)
         for node in reversed(nodes):
-            if node.status is not NodeStatus.RUNNING or node.metrics or node.error:
+            if node.status is not NodeStatus.RUNNING or metrics_of(node) or node.error:
                 yield Event("node_end", node, scrub_json(end_record(node)), run_id)
 
     def save(self, path: str | os.PathLike[str]) -> Path:

@@ -23,7 +23,14 @@ from ._serialize import jsonable
 from .blocking import run_blocking
 from .budget import TokenBudget, check_budget, current_budget, enter_budget, leave_budget
 from .errors import ConfigurationError, StepTimeout
-from .execution import LOCAL, ExecutionEngine, WorkflowCall, durable_backend_name, get_engine
+from .execution import (
+    LOCAL,
+    ExecutionEngine,
+    LocalEngine,
+    WorkflowCall,
+    durable_backend_name,
+    get_engine,
+)
 from .outcomes import (
     WorkflowResult,
     end_failed,
@@ -35,8 +42,8 @@ from .outcomes import (
 from .prompt import check_cache_name
 from .reflection import ReflectionAPI, ReflectionConfig, resolve_config, retry_step
 from .revision import replace_last_prompt
-from .run_context import Frame, current_frame, new_run_tree, reset_frame, set_frame
-from .step_body import call_body, within_timeout
+from .run_context import Frame, current_frame, enter_frame, new_run_tree, reset_frame, set_frame
+from .step_body import call_body, start_body, within_timeout
 from .tree import EventNode, EventTree, NodeStatus, NodeType
 from .workflow_input import input_model, validate_input
 from .workflow_options import WorkflowOptions, refuse_unknown
@@ -57,6 +64,8 @@ R = TypeVar("R")
 # Durable checkpoints pickled before WorkflowResult moved to ``outcomes`` name this.
 _restore_result = restore_result
 _MISSING = object()
+# Engines are typed by their protocol, which LocalEngine meets without subclassing it.
+_LOCAL_ENGINE: type[Any] = LocalEngine
 
 
 class WorkflowContext:
@@ -177,45 +186,40 @@ class WorkflowContext:
                 f"step {name!r}: workflow {self.workflow.name!r} has already ended; "
                 "call ctx.step only while the workflow runs"
             )
-        budget = check_budget(token_budget, f"step {name!r}")
+        # The owner label is built only when a budget was given: steps are a hot path.
+        budget = None if token_budget is None else check_budget(token_budget, f"step {name!r}")
         if budget is None:
             scope = current_budget()
             if scope is not None and scope[0].per_step and name in scope[0].per_step:
                 budget = scope[0].per_step[name]
-        if budget is not None:
-            token = enter_budget(budget, "step")
-            try:
-                return await self._step(name, fn, timeout, reflection)
-            finally:
+        token = enter_budget(budget, "step") if budget is not None else None
+        try:
+            tree = self._tree
+            frame = current_frame()
+            # Mount under what is running now (a step inside a step nests), unless the
+            # context was carried somewhere foreign, in which case use the workflow node.
+            parent = frame.node if frame is not None and frame.tree is tree else self.node
+            config = (
+                self.reflection.config
+                if reflection is None
+                else resolve_config(reflection, owner=f"step {name!r}")
+            )
+            if config is None or config.max_attempts == 1:
+                return await self._attempt(name, fn, timeout, parent, None)
+            if not callable(fn):
+                return await self._attempt(name, fn, timeout, parent, None, retryable=False)
+            failed: list[EventNode] = []
+            return await retry_step(
+                lambda attempt: self._attempt(name, fn, timeout, parent, attempt, failed=failed),
+                name=name,
+                config=config,
+                ctx=self,
+                failed_nodes=failed,
+                agent=self.workflow.reflection_agent,
+            )
+        finally:
+            if token is not None:
                 leave_budget(token)
-        return await self._step(name, fn, timeout, reflection)
-
-    async def _step(
-        self, name: str, fn: Any, timeout: float | None, reflection: ReflectionConfig | bool | None
-    ) -> Any:
-        tree = self._tree
-        frame = current_frame()
-        # Mount under what is running now (a step inside a step nests), unless the
-        # context was carried somewhere foreign, in which case use the workflow node.
-        parent = frame.node if frame is not None and frame.tree is tree else self.node
-        config = (
-            self.reflection.config
-            if reflection is None
-            else resolve_config(reflection, owner=f"step {name!r}")
-        )
-        if config is None or config.max_attempts == 1:
-            return await self._attempt(name, fn, timeout, parent, None)
-        if not callable(fn):
-            return await self._attempt(name, fn, timeout, parent, None, retryable=False)
-        failed: list[EventNode] = []
-        return await retry_step(
-            lambda attempt: self._attempt(name, fn, timeout, parent, attempt, failed=failed),
-            name=name,
-            config=config,
-            ctx=self,
-            failed_nodes=failed,
-            agent=self.workflow.reflection_agent,
-        )
 
     async def _attempt(
         self,
@@ -232,10 +236,13 @@ class WorkflowContext:
         node = tree.start_node(NodeType.STEP, name, parent)
         if attempt is not None:
             node.metrics["attempt"] = attempt
-        token = set_frame(Frame(tree, node, self))
+        token = enter_frame(tree, node, self)
         try:
-            # A durable engine runs the body itself (or returns its checkpoint).
-            body = self.engine.run_step(self, node, functools.partial(call_body, name, fn))
+            engine = self.engine
+            if engine.__class__ is _LOCAL_ENGINE:  # exactly: its run_step is `return call()`
+                body = start_body(name, fn)
+            else:  # a durable engine runs the body itself (or returns its checkpoint)
+                body = engine.run_step(self, node, functools.partial(call_body, name, fn))
             if timeout is None:
                 result = await body
             else:

@@ -531,6 +531,60 @@ async def test_work_that_outlives_its_run_keeps_its_span_until_it_ends(
     assert A.INCOMPLETE not in slow_span.attributes
 
 
+def _started(run_id: str, node_id: str, parent_id: str | None, when: float) -> groundswell.Event:
+    record = {"id": node_id, "type": "step", "name": node_id, "timestamp": when}
+    return groundswell.Event("node_start", None, {**record, "parent_id": parent_id}, run_id)  # type: ignore[arg-type]
+
+
+def _ended(run_id: str, node_id: str, when: float) -> groundswell.Event:
+    record = {"id": node_id, "status": "completed", "ended_at": when, "metrics": {}}
+    return groundswell.Event("node_end", None, {**record, "payload": {}, "error": None}, run_id)  # type: ignore[arg-type]
+
+
+def test_runs_finishing_among_many_open_ones_keep_every_span_in_its_trace() -> None:
+    """Many runs at once (events interleaved), finishing in any order: each span is in
+    its run's trace under its parent; the newest finished runs are kept for late
+    children, older ones forgotten, and runs still open are never forgotten."""
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    sink = groundswell_otel.OTelSink(provider)
+    runs = [f"run{i}" for i in range(40)]
+    for i, run in enumerate(runs):
+        sink.handle(_started(run, run, None, 1.0 + i))
+    for i, run in enumerate(runs):
+        sink.handle(_started(run, f"{run}-child", run, 2.0 + i))
+    finishing, still_open = runs[:30], runs[30:]
+    for run in reversed(finishing):  # the last started finishes first
+        sink.handle(_ended(run, f"{run}-child", 3.0))
+        sink.handle(_ended(run, run, 4.0))
+    # A late child of a long-forgotten run has no parent left; one of the newest
+    # finished runs, and one of a run still open, join their run's trace.
+    for run in (finishing[-1], finishing[0], still_open[0]):
+        sink.handle(_started(run, f"{run}-late", f"{run}-child", 5.0))
+        sink.handle(_ended(run, f"{run}-late", 6.0))
+    for run in still_open:
+        sink.handle(_ended(run, f"{run}-child", 7.0))
+        sink.handle(_ended(run, run, 8.0))
+    sink.close()
+    found = by_node(spans(memory))
+    assert len(found) == 2 * len(runs) + 3
+    for run in runs:
+        root, kid = found[run], found[f"{run}-child"]
+        assert root.parent is None and root.attributes[A.RUN_ID] == run
+        assert kid.parent is not None and kid.parent.span_id == root.context.span_id
+        assert kid.context.trace_id == root.context.trace_id
+        assert A.INCOMPLETE not in kid.attributes and A.INCOMPLETE not in root.attributes
+    forgotten = found[f"{finishing[-1]}-late"]
+    assert forgotten.parent is None
+    assert forgotten.context.trace_id != found[finishing[-1]].context.trace_id
+    for run in (finishing[0], still_open[0]):
+        late = found[f"{run}-late"]
+        assert late.parent is not None
+        assert late.parent.span_id == found[f"{run}-child"].context.span_id
+        assert late.context.trace_id == found[run].context.trace_id
+
+
 # -- each chat span's input: the conversation the model was sent on that turn -----------
 
 

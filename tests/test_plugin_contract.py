@@ -334,7 +334,8 @@ async def test_a_run_with_a_broken_backend_still_returns_its_result(
         results = [await agent.run("q") for _ in range(5)]
     assert [r.output for r in results] == ["answer to q"] * 5
     problem = (
-        "get returned a str; it must return None on a miss, or the dict set() stored under "
+        "get returned a dict without a 'value' key; it must return None on a miss, or the "
+        "dict set() stored under "
         "that key (with its 'value' and 'stored_at' keys)"
     )
     first_error = next(e for e in results[1].node.events if e["type"] == "cache_error")

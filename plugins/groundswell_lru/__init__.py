@@ -56,8 +56,10 @@ class LRUCache:
         self.evictions = 0
 
     def _live(self, key: str) -> tuple[Any, float, float] | None:
-        entry = self._data.get(key)
-        if entry is None:
+        try:
+            # Indexing checks the cache's TTL once; .get() would check it twice.
+            entry = self._data[key]
+        except KeyError:
             return None
         _, expires_at, _ = entry
         if self._timer() >= expires_at:  # a per-entry TTL shorter than the default ran out

@@ -6,7 +6,8 @@ import json
 import logging
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from itertools import islice
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -25,6 +26,8 @@ from ._content import (
     output_messages,
     response_parts,
 )
+from ._values import CONTENT_LIMIT as CONTENT_LIMIT
+from ._values import NUMBERS, Run, TreeNode, as_json, clip, ns, scalar_attributes, usage_attributes
 
 logger = logging.getLogger("groundswell.otel")
 
@@ -32,27 +35,7 @@ logger = logging.getLogger("groundswell.otel")
 # that outlives its run) still join the right trace.
 KEEP_FINISHED_RUNS = 8
 MAX_RUNS = 1_000
-CONTENT_LIMIT = 8_000
 CLOSE_FLUSH_MS = 3_000
-
-
-@dataclass(slots=True)
-class _Node:
-    # Only what later events need: ended nodes stay as parents for late children.
-    type: str
-    parent_id: str | None
-    context: trace.SpanContext
-    model: str | None
-    toolset: str | None
-    span: Span | None  # None once ended
-
-
-@dataclass
-class _Run:
-    nodes: dict[str, _Node] = field(default_factory=dict)
-    # With content capture on: each running prompt attempt's conversation, by node id.
-    conversations: dict[str, Conversation] = field(default_factory=dict)
-    finished: bool = False
 
 
 @dataclass(frozen=True)
@@ -78,55 +61,11 @@ _CONTENT_KEYS = (
 # Nodes whose end changes their prompt's conversation (tool calls aside).
 _SHAPING = frozenset({"prompt", "summary", "budget"})
 
-
-def _ns(seconds: float | None) -> int | None:
-    return None if seconds is None else int(seconds * 1e9)
-
-
-def _clip(value: Any) -> Any:
-    # Long texts are cut inside the structure, so the attribute stays valid JSON.
-    if isinstance(value, str):
-        if len(value) > CONTENT_LIMIT:
-            return f"{value[:CONTENT_LIMIT]}…[truncated {len(value) - CONTENT_LIMIT} chars]"
-        return value
-    if isinstance(value, dict):
-        return {k: _clip(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_clip(v) for v in value]
-    return value
-
-
-def _json(value: Any) -> str:
-    value = _clip(value)
-    return value if isinstance(value, str) else json.dumps(value, default=str)
-
-
-def _scalar_attributes(data: dict[str, Any]) -> dict[str, Any]:
-    # Event data as span-event attributes: plain scalars only, secrets already redacted.
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        if key in ("type", "timestamp"):
-            continue
-        if isinstance(value, bool | int | float) or (isinstance(value, str) and len(value) <= 200):
-            out[f"groundswell.{key}"] = value
-    return out
-
-
-def _usage_attributes(usage: Any) -> dict[str, int]:
-    if not isinstance(usage, dict) or not usage:
-        return {}
-    read = int(usage.get("cache_read_input_tokens") or 0)
-    created = int(usage.get("cache_creation_input_tokens") or 0)
-    out = {
-        # Anthropic's input_tokens excludes cache reads and writes; the convention includes them.
-        A.GEN_AI_USAGE_INPUT_TOKENS: int(usage.get("input_tokens") or 0) + read + created,
-        A.GEN_AI_USAGE_OUTPUT_TOKENS: int(usage.get("output_tokens") or 0),
-    }
-    if read:
-        out[A.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS] = read
-    if created:
-        out[A.GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS] = created
-    return out
+# Immutable, so one of each serves every span: the empty context a run's root
+# span starts in (a new trace, whatever is current in this thread) and the status
+# of a completed node.
+_NO_PARENT = otel_context.Context()
+_OK = Status(StatusCode.OK)
 
 
 class OTelSink:
@@ -147,7 +86,12 @@ class OTelSink:
         self.capture = capture
         self._owned = owned
         self._tracer = provider.get_tracer("groundswell", groundswell.__version__)
-        self._runs: OrderedDict[str, _Run] = OrderedDict()
+        self._runs: OrderedDict[str, Run] = OrderedDict()
+        # Ids of finished runs still in _runs, oldest first: finishing a run looks
+        # only at these, never at every run open (1,000 concurrent runs cost no more).
+        self._finished: OrderedDict[str, None] = OrderedDict()
+        # In how many runs each node id is: a mounted tree can put one in two.
+        self._runs_holding: dict[str, int] = {}
         self._closed = False
 
     # -- event dispatch -----------------------------------------------------------
@@ -156,20 +100,21 @@ class OTelSink:
         if self._closed:
             return
         data = event.data
-        if event.kind == "node_start":
+        kind = event.kind
+        if kind == "node_start":
             self._start(event.run_id, data)
-        elif event.kind == "node_end":
+        elif kind == "node_end":
             self._end(event.run_id, data)
         else:
             self._event(event.run_id, data["id"], data["event"])
 
-    def _run(self, run_id: str) -> _Run:
+    def _run(self, run_id: str) -> Run:
         run = self._runs.get(run_id)
         if run is None:
-            run = self._runs[run_id] = _Run()
+            run = self._runs[run_id] = Run()
         return run
 
-    def _find(self, node_id: str | None) -> _Node | None:
+    def _find(self, node_id: str | None) -> TreeNode | None:
         if node_id is None:
             return None
         for run in reversed(self._runs.values()):
@@ -181,36 +126,58 @@ class OTelSink:
     def _start(self, run_id: str, data: dict[str, Any]) -> None:
         node_type, payload = data["type"], data.get("payload") or {}
         name = groundswell.scrub(data["name"])  # names come from users' code too
+        node_id = data["id"]
         parent_id = data.get("parent_id")
-        parent = self._find(parent_id)
-        # The root of a run starts a new trace, whatever span is current in this thread.
-        ctx = (
-            trace.set_span_in_context(parent.span or NonRecordingSpan(parent.context))
-            if parent is not None
-            else otel_context.Context()
-        )
+        run = self._run(run_id)
+        ctx = _NO_PARENT  # the root of a run starts a new trace
+        if parent_id is not None:
+            # The parent is nearly always in this run and in no other: then it is
+            # what searching every run (newest first) would find, at no cost.
+            parent = run.nodes.get(parent_id) if self._runs_holding.get(parent_id) == 1 else None
+            if parent is None:
+                parent = self._find(parent_id)
+            if parent is not None:
+                ctx = parent.child_context or self._child_context(parent)
         span_name, kind, attrs = self._describe(node_type, name, payload)
-        attrs[A.NODE_ID] = data["id"]
+        attrs[A.NODE_ID] = node_id
         if self.capture.content:
-            self._start_content(run_id, data["id"], node_type, parent_id, payload, attrs)
+            self._start_content(run_id, node_id, node_type, parent_id, payload, attrs)
         if parent_id is None:
             attrs[A.RUN_ID] = run_id  # the trace id groups the rest of the run
+        when = data.get("timestamp")
         span = self._tracer.start_span(
             span_name,
             context=ctx,
             kind=kind,
             attributes=attrs,
-            start_time=_ns(data.get("timestamp")),
+            start_time=None if when is None else int(when * 1e9),
         )
-        self._content_event(span, attrs, data.get("timestamp"))
-        self._run(run_id).nodes[data["id"]] = _Node(
+        if self.capture.events:
+            self._content_event(span, attrs, when)
+        before = run.nodes.get(node_id)
+        if before is None:
+            self._runs_holding[node_id] = self._runs_holding.get(node_id, 0) + 1
+        elif before.span is not None:
+            before.run.open -= 1  # the same id started again: the earlier span is lost
+        run.nodes[node_id] = TreeNode(
             node_type,
             parent_id,
             span.get_span_context(),
             str(payload["model"]) if payload.get("model") else None,
             str(payload["toolset"]) if payload.get("toolset") else None,
             span,
+            run,
         )
+        run.open += 1
+
+    @staticmethod
+    def _child_context(parent: TreeNode) -> otel_context.Context:
+        # While the parent's span is open its children start under the span itself
+        # (what span processors see as the parent); once it ended, under its context.
+        if parent.span is not None:
+            ctx = parent.child_context = trace.set_span_in_context(parent.span)
+            return ctx
+        return trace.set_span_in_context(NonRecordingSpan(parent.context))
 
     def _describe(
         self, node_type: str, name: str, payload: dict[str, Any]
@@ -224,7 +191,7 @@ class OTelSink:
                 A.OPENINFERENCE_SPAN_KIND: A.KIND_CHAIN,
             }
             if content and "input" in payload:
-                attrs[A.INPUT_VALUE] = _json(self._clean(payload["input"]))
+                attrs[A.INPUT_VALUE] = as_json(self._clean(payload["input"]))
             return f"{A.OP_INVOKE_WORKFLOW} {name}", internal, attrs
         if node_type == "step":
             return f"step {name}", internal, {A.OPENINFERENCE_SPAN_KIND: A.KIND_CHAIN}
@@ -254,7 +221,7 @@ class OTelSink:
                 ("top_p", A.GEN_AI_REQUEST_TOP_P),
                 ("top_k", A.GEN_AI_REQUEST_TOP_K),
             ):
-                if isinstance(request.get(key), int | float):
+                if isinstance(request.get(key), NUMBERS):
                     attrs[attr] = request[key]
             if request.get("stop_sequences"):
                 attrs[A.GEN_AI_REQUEST_STOP_SEQUENCES] = [str(s) for s in request["stop_sequences"]]
@@ -273,7 +240,7 @@ class OTelSink:
             if payload.get("toolset"):
                 attrs[A.TOOLSET] = str(payload["toolset"])
             if content and "input" in payload:
-                attrs[A.GEN_AI_TOOL_CALL_ARGUMENTS] = _json(self._clean(payload["input"]))
+                attrs[A.GEN_AI_TOOL_CALL_ARGUMENTS] = as_json(self._clean(payload["input"]))
             return f"{A.OP_EXECUTE_TOOL} {name}", internal, attrs
         if node_type == "reflection":
             attrs = {A.OPENINFERENCE_SPAN_KIND: A.KIND_CHAIN}
@@ -301,7 +268,7 @@ class OTelSink:
         if self.capture.events:
             content = {k: attrs[k] for k in _CONTENT_KEYS if k in attrs}
             if content:
-                span.add_event(A.GEN_AI_CONTENT_EVENT, content, _ns(when))
+                span.add_event(A.GEN_AI_CONTENT_EVENT, content, ns(when))
 
     def _system(self, payload: dict[str, Any]) -> dict[str, Any]:
         # The agent settles its system prompt (skills included) after the node
@@ -314,11 +281,11 @@ class OTelSink:
             if isinstance(system, str)
             else [{"type": "text", "content": b.get("text", "")} for b in system]
         )
-        return {A.GEN_AI_SYSTEM_INSTRUCTIONS: _json(parts)}
+        return {A.GEN_AI_SYSTEM_INSTRUCTIONS: as_json(parts)}
 
     def _prepare(self, value: Any) -> Any:
         # Content joining a conversation: secrets out, long strings clipped.
-        return _clip(self._clean(value))
+        return clip(self._clean(value))
 
     def _start_content(
         self,
@@ -333,13 +300,13 @@ class OTelSink:
         run = self._run(run_id)
         if node_type == "prompt":
             # The attempt's conversation starts; its chat spans read it turn by turn.
-            first = first_messages(payload, self._clean, _clip)
+            first = first_messages(payload, self._clean, clip)
             conversation = Conversation(first, self._prepare)
             run.conversations[node_id] = conversation
             attrs[A.GEN_AI_INPUT_MESSAGES] = json.dumps(
                 conversation.initial(), default=str, ensure_ascii=False
             )
-            attrs[A.INPUT_VALUE] = _clip(self._clean(payload.get("user") or ""))
+            attrs[A.INPUT_VALUE] = clip(self._clean(payload.get("user") or ""))
         elif node_type == "model_call":
             current = run.conversations.get(parent_id or "")
             if current is not None:
@@ -348,7 +315,9 @@ class OTelSink:
                 if current.omitted:  # sent, but not in the tree: not shown
                     attrs[A.INPUT_MESSAGES_OMITTED] = current.omitted
 
-    def _end_content(self, run_id: str, node_id: str, node: _Node, payload: dict[str, Any]) -> None:
+    def _end_content(
+        self, run_id: str, node_id: str, node: TreeNode, payload: dict[str, Any]
+    ) -> None:
         """What a node's end adds to its prompt's conversation (capture on)."""
         run = self._runs.get(run_id)
         if run is None or not run.conversations:
@@ -370,7 +339,9 @@ class OTelSink:
                 summary = None
             conversation.shorten(payload.get("removed") or (), summary)
 
-    def _tool_result(self, run_id: str, node: _Node, payload: dict[str, Any], output: Any) -> None:
+    def _tool_result(
+        self, run_id: str, node: TreeNode, payload: dict[str, Any], output: Any
+    ) -> None:
         """A tool call's result (cleaned) joins its prompt's conversation (capture on)."""
         run = self._runs.get(run_id)
         conversation = run.conversations.get(node.parent_id or "") if run else None
@@ -378,7 +349,7 @@ class OTelSink:
             conversation.add_result(str(payload["tool_use_id"]), output)
 
     def _response_content(
-        self, run_id: str, node: _Node, response: dict[str, Any], attrs: dict[str, Any]
+        self, run_id: str, node: TreeNode, response: dict[str, Any], attrs: dict[str, Any]
     ) -> None:
         """A chat span's output messages; the answer joins its prompt's conversation."""
         stop_reason = str(response["stop_reason"]) if response.get("stop_reason") else None
@@ -388,7 +359,7 @@ class OTelSink:
         else:  # a record from before responses kept their content
             parts = [{"type": "text", "content": self._prepare(response.get("text", ""))}]
             parts += [{"type": "tool_call", "name": t} for t in response.get("tool_calls", [])]
-        attrs[A.GEN_AI_OUTPUT_MESSAGES] = _json(output_messages(parts, stop_reason))
+        attrs[A.GEN_AI_OUTPUT_MESSAGES] = as_json(output_messages(parts, stop_reason))
         said = "".join(str(p["content"]) for p in parts if p.get("type") == "text")
         if said:
             attrs[A.OUTPUT_VALUE] = said
@@ -418,13 +389,15 @@ class OTelSink:
             )
             return
         span, node.span = node.span, None
+        node.child_context = None  # later children start under the ended span's context
+        node.run.open -= 1
         metrics = data.get("metrics") or {}
         payload = data.get("payload") or {}
         attrs: dict[str, Any] = {A.NODE_STATUS: status}
         if isinstance(metrics.get("attempt"), int):
             attrs[A.ATTEMPT] = metrics["attempt"]
         if node.type in ("prompt", "model_call"):
-            attrs.update(_usage_attributes(metrics.get("usage")))
+            attrs.update(usage_attributes(metrics.get("usage")))
         if node.type == "prompt":
             if "cache" in metrics:
                 attrs[A.CACHE] = str(metrics["cache"])
@@ -433,8 +406,8 @@ class OTelSink:
             if self.capture.content:
                 attrs.update(self._system(payload))
             if self.capture.content and "output" in payload:
-                output = _json(self._clean(payload["output"]))
-                attrs[A.GEN_AI_OUTPUT_MESSAGES] = _json(
+                output = as_json(self._clean(payload["output"]))
+                attrs[A.GEN_AI_OUTPUT_MESSAGES] = as_json(
                     output_messages([{"type": "text", "content": output}], "stop")
                 )
                 attrs[A.OUTPUT_VALUE] = output
@@ -454,33 +427,39 @@ class OTelSink:
             )
             seen: Any = NOT_CAPTURED  # what the model read, as its next turn shows it
             if allowed and "output" in payload:
-                seen = _clip(self._clean(payload["output"]))  # cleaned once, used twice
+                seen = clip(self._clean(payload["output"]))  # cleaned once, used twice
                 result = seen if isinstance(seen, str) else json.dumps(seen, default=str)
                 attrs[A.GEN_AI_TOOL_CALL_RESULT] = result
                 attrs[A.OUTPUT_VALUE] = result
             if self.capture.content:
                 self._tool_result(run_id, node, payload, seen)
         elif node.type == "workflow" and self.capture.content and "output" in payload:
-            attrs[A.OUTPUT_VALUE] = _json(self._clean(payload["output"]))
+            attrs[A.OUTPUT_VALUE] = as_json(self._clean(payload["output"]))
         if self.capture.content and node.type in _SHAPING:
             self._end_content(run_id, data["id"], node, payload)
-        span.set_attributes(attrs)
-        self._content_event(span, attrs, data.get("ended_at"))
-        error = data.get("error")
+        ended = data.get("ended_at")
+        end_time = None if ended is None else int(ended * 1e9)
+        if self.capture.events:
+            self._content_event(span, attrs, ended)
         if status == "failed":
+            error = data.get("error")
             error_type = str((error or {}).get("type") or "_OTHER")
             error_message = groundswell.scrub(str((error or {}).get("message") or ""))
-            span.set_attribute(A.ERROR_TYPE, error_type)
+            # Set with the rest, in the same (last) place: one call into the SDK.
+            attrs[A.ERROR_TYPE] = error_type
+            span.set_attributes(attrs)
             exception = {A.EXCEPTION_TYPE: error_type, A.EXCEPTION_MESSAGE: error_message}
             # Where it was raised, in the text form viewers show under "stacktrace".
             stacktrace = format_traceback(error) if isinstance(error, dict) else None
             if stacktrace is not None:
                 exception[A.EXCEPTION_STACKTRACE] = stacktrace
-            span.add_event(A.EXCEPTION_EVENT, exception, _ns(data.get("ended_at")))
+            span.add_event(A.EXCEPTION_EVENT, exception, end_time)
             span.set_status(Status(StatusCode.ERROR, f"{error_type}: {error_message}"[:500]))
-        elif status == "completed":
-            span.set_status(Status(StatusCode.OK))
-        span.end(end_time=_ns(data.get("ended_at")))
+        else:
+            span.set_attributes(attrs)
+            if status == "completed":
+                span.set_status(_OK)
+        span.end(end_time=end_time)
         if node.parent_id is None:
             self._finish_run(run_id)
 
@@ -490,21 +469,21 @@ class OTelSink:
         if node is None:
             return
         kind = str(event.get("type"))
-        when = _ns(event.get("timestamp"))
+        when = ns(event.get("timestamp"))
         if kind == "stop_blocked" and self.capture.content and run is not None:
             conversation = run.conversations.get(node_id)
             if conversation is not None:  # a Stop hook sent the agent on with its reason
                 conversation.add_user(str(event.get("reason") or "") or "Please continue.")
         if kind == "cache_hit" and node.type == "prompt" and node.span is not None:
             self._cache_hit_span(node, event, when)
-        attrs = _scalar_attributes(self._clean(event))
+        attrs = scalar_attributes(self._clean(event))
         if node.span is not None:
             node.span.add_event(kind, attrs, when)
         else:
             attrs[A.EVENT_NODE_ID] = node_id
             self._note_on_open_ancestor(node.parent_id, kind, attrs, event.get("timestamp"))
 
-    def _cache_hit_span(self, node: _Node, event: dict[str, Any], when: int | None) -> None:
+    def _cache_hit_span(self, node: TreeNode, event: dict[str, Any], when: int | None) -> None:
         # A hit makes no model call; an INTERNAL chat span (no usage) shows where it stood.
         model = node.model or ""
         attrs: dict[str, Any] = {
@@ -516,7 +495,7 @@ class OTelSink:
         }
         if isinstance(event.get("key"), str):
             attrs[A.CACHE_KEY] = event["key"]
-        if isinstance(event.get("age_s"), int | float):
+        if isinstance(event.get("age_s"), NUMBERS):
             attrs[A.CACHE_AGE_S] = event["age_s"]
         assert node.span is not None
         span = self._tracer.start_span(
@@ -536,25 +515,38 @@ class OTelSink:
         while node is not None and node.span is None:
             node = self._find(node.parent_id)
         if node is not None and node.span is not None:
-            node.span.add_event(name, attrs, _ns(when))
+            node.span.add_event(name, attrs, ns(when))
 
     def _finish_run(self, run_id: str) -> None:
-        run = self._runs.get(run_id)
-        if run is None:
+        if run_id not in self._runs:
             return
-        run.finished = True
         self._runs.move_to_end(run_id)
-        finished = [rid for rid, r in self._runs.items() if r.finished]
-        for rid in finished[:-KEEP_FINISHED_RUNS]:
-            old = self._runs[rid]
+        finished = self._finished
+        finished[run_id] = None
+        finished.move_to_end(run_id)
+        excess = len(finished) - KEEP_FINISHED_RUNS
+        if excess <= 0:
+            return
+        # Only finished runs are looked at: the newest KEEP_FINISHED_RUNS stay, and
+        # older ones are forgotten, oldest first.
+        for rid in list(islice(finished, excess)):
             # A run whose work outlived it keeps its spans open until that work
             # ends, unless far too many such runs pile up (hung background tasks).
-            if len(self._runs) <= MAX_RUNS and any(n.span is not None for n in old.nodes.values()):
+            if len(self._runs) <= MAX_RUNS and self._runs[rid].open:
                 continue
-            self._close_run(self._runs.pop(rid))
+            del finished[rid]
+            self._forget(self._runs.pop(rid))
+
+    def _forget(self, run: Run) -> None:
+        holding = self._runs_holding
+        for node_id in run.nodes:
+            left = holding.pop(node_id, 1) - 1
+            if left:
+                holding[node_id] = left
+        self._close_run(run)
 
     @staticmethod
-    def _close_run(run: _Run) -> None:
+    def _close_run(run: Run) -> None:
         # Work still running when its run is forgotten (or the sink closes): end its
         # span honestly marked incomplete rather than leaking it.
         for node in run.nodes.values():
@@ -562,6 +554,8 @@ class OTelSink:
                 node.span.set_attribute(A.INCOMPLETE, True)
                 node.span.end()
                 node.span = None
+                node.child_context = None
+                node.run.open -= 1
 
     def close(self) -> None:
         """End spans still open, flush, and shut the provider down if this sink made it."""
@@ -569,6 +563,8 @@ class OTelSink:
         for run in self._runs.values():
             self._close_run(run)
         self._runs.clear()
+        self._finished.clear()
+        self._runs_holding.clear()
         # Exporters retry a failing collector for many seconds, ignoring flush
         # timeouts; at exit that must not hold the process, so flushing (and
         # shutting down a provider this sink made) gets a bounded wait on a

@@ -1,0 +1,232 @@
+"""What the step and node fast paths must keep: the same nodes, ids, payloads and bodies.
+
+A step's node is built by ``new_node`` (not ``EventNode(...)``), keeps its output and
+duration out of dicts until they are read, gets its id from a seeded generator, and a
+plain ``async def`` body is called without ``call_body``; none of that may show.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import functools
+import math
+import os
+import pickle
+import re
+from typing import Any
+
+import pytest
+
+import groundswell
+from groundswell import EventNode, EventTree, NodeStatus, NodeType, WorkflowContext, workflow
+from groundswell.node import new_node
+from groundswell.run_context import Frame, current_frame, enter_frame, reset_frame
+
+ID = re.compile(r"[0-9a-f]{16}")
+
+
+def _slots(node: EventNode) -> dict[str, Any]:
+    names = [n for cls in type(node).__mro__ for n in getattr(cls, "__slots__", ())]
+    return {n: getattr(node, n) for n in names if n not in ("id", "timestamp", "_t0")}
+
+
+@pytest.mark.parametrize("kind", [NodeType.STEP, "tool_call"])
+def test_new_node_sets_what_the_constructor_sets(kind: Any) -> None:
+    fast = new_node(kind, "n", "parent", {"input": 1})
+    slow = EventNode(kind, "n", parent_id="parent", payload={"input": 1})
+    assert _slots(fast) == _slots(slow)
+    assert fast.type is NodeType(kind) and fast.status is NodeStatus.RUNNING
+    assert new_node(NodeType.STEP, "n", id="chosen").id == "chosen"
+
+
+def test_ids_are_16_hex_digits_and_unique() -> None:
+    ids = [EventNode("step", "s").id for _ in range(20_000)]
+    ids += [new_node(NodeType.STEP, "s").id for _ in range(20_000)]
+    assert all(ID.fullmatch(i) for i in ids)
+    assert len(set(ids)) == len(ids)
+
+
+@pytest.mark.slow  # forks a process
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_does_not_repeat_the_parents_ids() -> None:
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: write its next ids and leave at once
+        os.close(read)
+        os.write(write, " ".join(EventNode("step", "s").id for _ in range(50)).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as f:
+        child = set(f.read().split())
+    os.waitpid(pid, 0)
+    parent = {EventNode("step", "s").id for _ in range(50)}
+    assert len(child) == 50
+    assert not child & parent
+
+
+def test_payload_and_metrics_read_and_write_like_dicts() -> None:
+    tree = EventTree()
+    root = tree.start_node(NodeType.WORKFLOW, "w")
+    quiet = tree.start_node(NodeType.STEP, "quiet", root)
+    assert quiet.payload.get("output") is None and quiet.metrics == {}
+    assert quiet.duration is None
+    done = tree.start_node(NodeType.STEP, "done", root)
+    tree.end_node(done, NodeStatus.COMPLETED, output=7, record_output=True)
+    assert done.duration is not None and done.duration >= 0
+    assert done.to_dict()["payload"] == {"output": 7}
+    assert set(done.to_dict()["metrics"]) == {"duration"}
+    assert done.payload == {"output": 7}
+    assert done.payload is done.payload  # one live dict from the first read on
+    done.payload["note"] = "x"
+    done.metrics["attempt"] = 2
+    assert list(done.payload) == ["output", "note"]
+    assert list(done.metrics) == ["duration", "attempt"]
+    assert tree.find(payload={"output": 7, "note": "x"}) == [done]
+    # Written before the end: the output and duration go after what is there.
+    early = tree.start_node(NodeType.STEP, "early", root)
+    early.payload["input"] = 1
+    early.metrics["attempt"] = 1
+    tree.end_node(early, NodeStatus.COMPLETED, output="out", record_output=True)
+    assert list(early.payload.items()) == [("input", 1), ("output", "out")]
+    assert list(early.metrics) == ["attempt", "duration"]
+    # A replaced dict replaces the output and duration kept beside it.
+    replaced = tree.start_node(NodeType.STEP, "replaced", root)
+    tree.end_node(replaced, NodeStatus.COMPLETED, output=1, record_output=True)
+    replaced.payload = {"other": 2}
+    replaced.metrics = {}
+    assert replaced.payload == {"other": 2} and replaced.duration is None
+    assert EventTree.from_json(tree.to_json()) == tree
+
+
+def test_nodes_copy_and_pickle_with_their_output() -> None:
+    tree = EventTree()
+    root = tree.start_node(NodeType.WORKFLOW, "w")
+    done = tree.start_node(NodeType.STEP, "done", root)
+    tree.end_node(done, NodeStatus.COMPLETED, output=[1, "a"], record_output=True)
+    bare = tree.start_node(NodeType.STEP, "bare", root)
+    for node in (done, bare):
+        for twin in (copy.copy(node), copy.deepcopy(node), pickle.loads(pickle.dumps(node))):
+            assert twin.payload == node.payload and twin.metrics == node.metrics
+            assert twin.to_dict() == node.to_dict()
+
+
+@pytest.mark.parametrize(
+    ("output", "recorded"),
+    [
+        (1, 1),
+        (True, True),
+        (None, None),
+        (math.nan, "nan"),
+        (2.5, 2.5),
+        ("plain", "plain"),
+        ({"k": (1, 2)}, {"k": [1, 2]}),
+    ],
+)
+async def test_step_outputs_are_recorded_json_safe(output: Any, recorded: Any) -> None:
+    @workflow(name="outputs")
+    async def flow(ctx: WorkflowContext) -> Any:
+        async def body() -> Any:
+            return output
+
+        return await ctx.step("s", body)
+
+    result = await flow.run()
+    step = result.tree.find(type="step")[0]
+    assert step.payload["output"] == recorded
+    assert result.output is output  # the caller gets the value itself
+
+
+async def test_a_string_output_has_registered_secrets_redacted() -> None:
+    secret = "sk-hotpath-" + os.urandom(4).hex()
+    groundswell.register_secret(secret)
+
+    @workflow(name="secret-output")
+    async def flow(ctx: WorkflowContext) -> str:
+        async def body() -> str:
+            return f"key={secret}"
+
+        return await ctx.step("s", body)
+
+    result = await flow.run()
+    assert secret not in str(result.tree.find(type="step")[0].payload["output"])
+
+
+class _Service:
+    async def fetch(self) -> int:
+        return 3
+
+
+async def test_every_kind_of_body_still_runs_under_its_step() -> None:
+    async def child() -> str:
+        frame = current_frame()
+        assert frame is not None
+        return frame.node.name
+
+    async def add(a: int, b: int) -> int:
+        return a + b
+
+    def sync() -> str:
+        frame = current_frame()
+        assert frame is not None
+        return frame.node.name
+
+    @workflow(name="bodies")
+    async def flow(ctx: WorkflowContext) -> list[Any]:
+        return [
+            await ctx.step("async-fn", child),
+            await ctx.step("partial", functools.partial(add, 1, 2)),
+            await ctx.step("method", _Service().fetch),
+            await ctx.step("lambda", lambda: child()),
+            await ctx.step("sync", sync),
+            await ctx.step("awaitable", child()),
+            await ctx.step("timed", child, timeout=5),
+        ]
+
+    result = await flow.run()
+    assert result.output == ["async-fn", 3, 3, "lambda", "sync", "awaitable", "timed"]
+    assert [n.status for n in result.tree.find(type="step")] == [NodeStatus.COMPLETED] * 7
+
+
+async def test_a_body_that_cannot_be_called_fails_its_step() -> None:
+    async def needs_an_argument(x: int) -> int:
+        return x
+
+    @workflow(name="bad-call")
+    async def flow(ctx: WorkflowContext) -> Any:
+        return await ctx.step("s", needs_an_argument)  # type: ignore[arg-type]
+
+    with pytest.raises(groundswell.WorkflowError) as caught:
+        await flow.run()
+    assert isinstance(caught.value.__cause__, TypeError)
+    assert caught.value.result is not None
+    step = caught.value.result.tree.find(type="step")[0]
+    assert step.status is NodeStatus.FAILED and step.error is not None
+
+
+def test_enter_frame_sets_the_frame_set_frame_would() -> None:
+    tree = EventTree()
+    node = tree.start_node(NodeType.WORKFLOW, "w")
+    token = enter_frame(tree, node)
+    try:
+        frame = current_frame()
+        assert frame == Frame(tree, node) and type(frame) is Frame
+    finally:
+        reset_frame(token)
+    assert current_frame() is None
+
+
+async def test_concurrent_steps_each_mount_under_their_own_step() -> None:
+    @workflow(name="fan-out")
+    async def flow(ctx: WorkflowContext) -> None:
+        async def inner(i: int) -> None:
+            await ctx.step(f"inner-{i}", asyncio.sleep(0))
+
+        await asyncio.gather(
+            *(ctx.step(f"outer-{i}", functools.partial(inner, i)) for i in range(5))
+        )
+
+    result = await flow.run()
+    for i in range(5):
+        (outer,) = result.tree.find(name=f"outer-{i}")
+        assert [c.name for c in outer.children] == [f"inner-{i}"]
