@@ -55,6 +55,18 @@ def run_blocking(start: Callable[[], Coroutine[Any, Any, T]], *, caller: str, in
 
 
 def _close(runner: asyncio.Runner) -> None:
-    # RuntimeError: its loop still runs (a daemon thread at exit); nothing to do then.
+    # Called when the thread is collected, which may happen on another thread
+    # that is running a loop of its own: the runner's close() would then make
+    # a shutdown coroutine it cannot run (a "never awaited" warning), so only
+    # the loop itself is closed there.
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        # RuntimeError: its loop still runs (a daemon thread at exit); nothing to do then.
+        with contextlib.suppress(RuntimeError):
+            runner.close()
+        return
     with contextlib.suppress(RuntimeError):
-        runner.close()
+        loop = runner.get_loop()
+        if not loop.is_running():
+            loop.close()

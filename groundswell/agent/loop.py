@@ -117,15 +117,19 @@ async def _attempt(run: PromptRun, layers: Layers) -> PromptResult[Any]:
     agent, prompt, tree = run.agent, run.prompt, run.tree
     settings = run.base_settings
     fmt = prompt.output_type
+    # Scrubbed field by field: the agent's name, its model and a type's name are
+    # configuration, not content; the user text, data and middleware fields may
+    # hold anything.
     payload: dict[str, Any] = {
         "agent": agent.name,
-        "model": settings["model"],
-        "user": prompt.user,
+        "model": str(settings["model"]),
+        "user": jsonable(prompt.user),
         "response_format": fmt.name if fmt is not None else None,  # e.g. "list[Quote]"
     }
     if prompt.data is not None:
-        payload["data"] = prompt.data
-    payload.update(run.payload)
+        payload["data"] = jsonable(prompt.data)
+    if run.payload:
+        payload.update(jsonable(run.payload))
     outer = current_frame()
     if outer is None and run.has_node:
         raise ConfigurationError(
@@ -134,7 +138,7 @@ async def _attempt(run: PromptRun, layers: Layers) -> PromptResult[Any]:
             "whose wrap_prompt calls call_next() more than once"
         )
     node = tree.start_node(
-        NodeType.PROMPT, agent.name, outer.node if outer else None, payload=payload
+        NodeType.PROMPT, agent.name, outer.node if outer else None, payload=payload, trusted=True
     )
     if run.attempt is not None:
         node.metrics["attempt"] = run.attempt
