@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Awaitable
-from types import FunctionType
+from types import CoroutineType, FunctionType
 from typing import Any, TypeVar
 
 from .errors import ConfigurationError, StepTimeout
@@ -23,10 +23,14 @@ _COROUTINE = inspect.CO_COROUTINE
 
 def start_body(name: str, fn: Any) -> Awaitable[Any]:
     """What awaiting runs the body ``fn`` of step ``name``: ``call_body(name, fn)``, or
-    ``fn()`` itself when ``fn`` is a plain ``async def`` function (the usual case)."""
+    ``fn`` itself when it is a coroutine, or ``fn()`` when it is a plain ``async def``
+    function (the usual cases)."""
     # The exact check is what inspect.iscoroutinefunction ends with, without its
     # unwrapping (0.3-0.8 us); anything else takes call_body's full checks.
-    if fn.__class__ is FunctionType and fn.__code__.co_flags & _COROUTINE:
+    kind = fn.__class__
+    if kind is CoroutineType:  # ctx.step("ask", agent.prompt(...)): awaited as it is
+        return fn  # type: ignore[no-any-return]
+    if kind is FunctionType and fn.__code__.co_flags & _COROUTINE:
         return fn()  # type: ignore[no-any-return]
     return call_body(name, fn)
 
