@@ -82,8 +82,8 @@ def bench(session: nox.Session) -> None:
     """
     # tokenizers reads the reference tokenizer of bench_token_accuracy.py; the
     # history extra and psycopg serve bench_history.py (SQLite and PostgreSQL),
-    # the durable extra bench_durable.py; orjson is bench_hotpaths.py's comparison.
-    session.install("-e", ".[history,durable]", "tokenizers", "psycopg[binary]", "orjson")
+    # the durable extra bench_durable.py.
+    session.install("-e", ".[history,durable]", "tokenizers", "psycopg[binary]")
     out = HERE / "benchmarks" / "results"
     # Earlier reports would be gathered into results.json as if they were this run's.
     for old in out.glob("*.json"):
