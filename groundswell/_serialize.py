@@ -29,6 +29,7 @@ __all__ = [
     "error_record",
     "is_secret_key",
     "jsonable",
+    "jsonable_text",
     "redact",
     "register_secret",
     "scrub",
@@ -50,13 +51,17 @@ def redact(value: Any) -> Any:
     return scrub_json(value, convert=jsonable)
 
 
-def _truncate(text: str) -> str:
+def jsonable_text(text: str) -> str:
+    """`jsonable` of a string: registered secrets redacted, truncated; without the dispatch."""
     # Only the registered secrets here: this runs for every string of every
     # payload. The outputs run the whole scrubber (`redact`, `scrub_json`).
     text = replace_registered(text)
     if len(text) <= MAX_STRING:
         return text
     return f"{text[:MAX_STRING]}…[truncated {len(text) - MAX_STRING} chars]"
+
+
+_truncate = jsonable_text
 
 
 def jsonable(value: Any, _depth: int = 0) -> Any:
@@ -98,6 +103,9 @@ def _jsonable(value: Any, _depth: int = 0) -> Any:
                 v = jsonable(v, _depth + 1)
             out[_truncate(k) if type(k) is str else str(jsonable(k, _depth + 1))] = v
         return out
+    if kind is list and _depth < MAX_DEPTH and len(value) <= MAX_ITEMS:
+        # e.g. a model turn's content blocks: skips the isinstance chain below.
+        return [jsonable(v, _depth + 1) for v in value]
     if value is None or isinstance(value, bool | int):
         return value
     if isinstance(value, float):

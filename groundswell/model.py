@@ -79,25 +79,34 @@ def build_request(
         params["system"] = system
     if tools:
         params["tools"] = list(tools)
+    # One lookup per field (this runs for every model turn), and no extra_body
+    # dict unless something goes in it.
+    get = settings.get
     for name in PASSTHROUGH_FIELDS:
-        if settings.get(name) is not None:
-            params[name] = settings[name]
-    extra_body = dict(settings.get("extra_body") or {})
+        value = get(name)
+        if value is not None:
+            params[name] = value
+    given = get("extra_body")
+    extra_body = dict(given) if given else {}
     for name in SAMPLING_FIELDS:
-        if settings.get(name) is not None:
-            extra_body[name] = settings[name]
+        value = get(name)
+        if value is not None:
+            extra_body[name] = value
     if extra_body:
         params["extra_body"] = extra_body
-    if settings.get("container") is not None:
-        params["container"] = settings["container"]
+    value = get("container")
+    if value is not None:
+        params["container"] = value
     if response_format is not None:
         params["output_config"] = {
             "format": {"type": "json_schema", "schema": output_type(response_format).schema}
         }
-    if settings.get("betas"):
-        params["betas"] = list(settings["betas"])
-    if settings.get("mcp_servers"):
-        params["mcp_servers"] = [dict(s) for s in settings["mcp_servers"]]
+    value = get("betas")
+    if value:
+        params["betas"] = list(value)
+    value = get("mcp_servers")
+    if value:
+        params["mcp_servers"] = [dict(s) for s in value]
     return params
 
 

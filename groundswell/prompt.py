@@ -10,7 +10,7 @@ import dataclasses
 import string
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, overload
 
 from ._canonical import canonical_json
 from .budget import TokenBudget, check_budget
@@ -36,6 +36,8 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+#: The prompt fields that, when set, win over the agent's (`Agent.settings_for`).
+WINNING_FIELDS = ("system", "tools", "mcps", "skills", "hooks")
 
 
 def render_user(user: str, data: Any) -> str:
@@ -90,6 +92,10 @@ class Prompt(Generic[T]):
     _output: OutputType | None = dataclasses.field(
         default=None, init=False, repr=False, compare=False
     )
+    #: (name, value) of the fields set here that win over the agent's (`WINNING_FIELDS`),
+    #: found once. A class attribute, so no dataclass field: `fields()` and snapshots
+    #: of a prompt stay as they were.
+    wins: ClassVar[tuple[tuple[str, Any], ...]] = ()
 
     if TYPE_CHECKING:  # the dataclass's own __init__ at run time; these type it
 
@@ -172,6 +178,10 @@ class Prompt(Generic[T]):
         # Rendering once here both validates data and spares every call the work.
         object.__setattr__(self, "_rendered", rendered)
         object.__setattr__(self, "_rules", check_rules(self.extract))
+        wins = tuple(
+            (name, value) for name in WINNING_FIELDS if (value := getattr(self, name)) is not None
+        )
+        object.__setattr__(self, "wins", wins)
 
     @classmethod
     def of_text(cls, user: str) -> Prompt[str]:

@@ -13,7 +13,14 @@ from ..errors import ConfigurationError
 from ..model import type_name
 from ..plugins import get_plugin_manager
 
-__all__ = ["check_options", "deps_check", "make_client", "overrides_error"]
+__all__ = [
+    "NO_LOOP",
+    "check_options",
+    "deps_check",
+    "deps_error",
+    "make_client",
+    "overrides_error",
+]
 
 
 def check_options(given: Mapping[str, Any], owner: str, own: frozenset[str]) -> dict[str, Any]:
@@ -117,3 +124,25 @@ def make_client(agent: str) -> Any:
     if isinstance(client.api_key, str):
         register_secret(client.api_key)
     return client
+
+
+def deps_error(agent: str, expected: Any, deps: Any) -> ConfigurationError:
+    """The error for a call whose ``deps`` are not of the agent's ``deps_type``."""
+    name = type_name(expected)
+    if deps is None:
+        return ConfigurationError(
+            f"agent {agent!r} declares deps_type={name}: pass deps=... (a "
+            f"{name}) to prompt(), run(), stream() or run_sync()"
+        )
+    return ConfigurationError(
+        f"agent {agent!r}: deps must be a {name} (its deps_type), got "
+        f"{type(deps).__name__} {deps!r:.60}"
+    )
+
+
+class _NoLoop:
+    """The key of the client made outside any event loop (a weakly referable object)."""
+
+
+#: Where an agent keeps the client it made outside any event loop.
+NO_LOOP = _NoLoop()

@@ -26,15 +26,13 @@ from ..claude_hooks import check_hooks
 from ..context_providers import check_context
 from ..errors import ConfigurationError
 from ..mcp_bridge import check_mcps, register_mcp_secrets
-from ..model import type_name
 from ..plugins import get_plugin_manager
 from ..prompt import NO_OVERRIDES, Prompt, PromptOverrides, check_cache_name
 from ..reflection import ReflectionConfig, ReflectionEntry, resolve_config
-from ..run_context import Frame, current_frame, new_run_tree, reset_frame, set_frame
+from ..run_context import current_frame, new_run_tree
 from ..settings_check import check_flag, check_settings
 from ..tools import DepsT, check_cache_policy, check_skills, check_timeout, check_tools
-from ..tree import NodeStatus, NodeType
-from .checks import check_options, deps_check, make_client, overrides_error
+from .checks import NO_LOOP, check_options, deps_check, deps_error, make_client, overrides_error
 from .loop import run_prompt
 from .middleware import Layer, default_layers, layers_for, merge, resolve
 from .overrides import Forced, check, check_client, forced_for, override_agent
@@ -48,8 +46,6 @@ T = TypeVar("T")
 History: TypeAlias = Sequence[Mapping[str, Any]]
 # claude-sonnet-4-5 reaches end-of-life on 2026-11-30 (the SDK warns); 4-6 is current.
 DEFAULT_MODEL = os.environ.get("GROUNDSWELL_MODEL", "claude-sonnet-4-6")
-# Prompt fields that, when set, win over the agent's.
-_PROMPT_FIELDS = ("system", "tools", "mcps", "skills", "hooks")
 
 
 class Agent(Generic[DepsT]):
@@ -268,7 +264,7 @@ class Agent(Generic[DepsT]):
         try:
             loop: Any = asyncio.get_running_loop()
         except RuntimeError:
-            loop = _NO_LOOP
+            loop = NO_LOOP
         made = self._made.get(loop)
         if made is None:
             made = make_client(self.name)
@@ -330,7 +326,9 @@ class Agent(Generic[DepsT]):
         Raises `ModelAPIError`, `ResponseValidationError`,
         `MaxTurnsExceeded`, `ConfigurationError`.
         """
-        result = await self.run(prompt, overrides, message_history=message_history, deps=deps)
+        history = self._check_call(message_history, deps)  # `run`, inline: a coroutine less
+        checked = self._overrides(overrides)
+        result = await self._execute(_as_prompt(prompt), checked, None, history, deps)
         return result.output
 
     @overload
@@ -456,36 +454,10 @@ class Agent(Generic[DepsT]):
 
         Both passes are prompt nodes under one ``reflection`` node (and get ``deps``).
         """
-        p = _as_prompt(prompt)
+        from .critique import answer_then_revise
+
         self._overrides(overrides)  # before the reflection node starts
-        frame = current_frame()
-        tree = frame.tree if frame else new_run_tree()
-        node = tree.start_node(
-            NodeType.REFLECTION, f"{self.name}:reflect", frame.node if frame else None
-        )
-        token = set_frame(
-            Frame(tree, node, frame.workflow, frame.agent) if frame else Frame(tree, node)
-        )
-        try:
-            first = await self.prompt(p, overrides, deps=deps)
-            made = p.output_type
-            # As JSON in the output's own shape (a list, a number...), so the
-            # critique sees exactly what the format asks for.
-            answer = made.text(first) if made is not None else str(first)
-            revision = p.with_(
-                user=(
-                    f"{p.user}\n\nA previous answer to this request was:\n<answer>\n{answer}\n</answer>\n\n"
-                    "Critique that answer against the request: look for mistakes, omissions and "
-                    "unclear parts. Then reply with a complete, corrected answer in the same format."
-                )
-            )
-            revised = await self.prompt(revision, overrides, deps=deps)
-        except BaseException as exc:
-            tree.end_node_after(node, exc)
-            raise
-        finally:
-            reset_frame(token)
-        tree.end_node(node, NodeStatus.COMPLETED, output=revised, record_output=True)
+        revised = await answer_then_revise(self, _as_prompt(prompt), overrides, deps)
         return revised  # type: ignore[no-any-return]
 
     # -- the pipeline -----------------------------------------------------------------
@@ -493,10 +465,8 @@ class Agent(Generic[DepsT]):
     def settings_for(self, prompt: Prompt[Any], overrides: PromptOverrides) -> dict[str, Any]:
         """The merged settings of one call: ``PromptOverrides`` > ``Prompt`` > ``Agent``."""
         settings = dict(self.config)
-        for name in _PROMPT_FIELDS:
-            value = getattr(prompt, name)
-            if value is not None:
-                settings[name] = value
+        if prompt.wins:  # the fields the prompt sets (`prompt.WINNING_FIELDS`), found once
+            settings.update(prompt.wins)
         if overrides is not NO_OVERRIDES:
             given = overrides.set_fields()
             given.pop("middleware", None)
@@ -510,16 +480,7 @@ class Agent(Generic[DepsT]):
         """A call's ``message_history`` as checked messages; refuses deps of the wrong type."""
         ok = self._deps_ok
         if ok is not None and not ok(deps):
-            expected = type_name(self.deps_type)
-            if deps is None:
-                raise ConfigurationError(
-                    f"agent {self.name!r} declares deps_type={expected}: pass deps=... (a "
-                    f"{expected}) to prompt(), run(), stream() or run_sync()"
-                )
-            raise ConfigurationError(
-                f"agent {self.name!r}: deps must be a {expected} (its deps_type), got "
-                f"{type(deps).__name__} {deps!r:.60}"
-            )
+            raise deps_error(self.name, self.deps_type, deps)
         if history is None:
             return ()
         return check_history(history, f"agent {self.name!r}")
@@ -553,7 +514,9 @@ class Agent(Generic[DepsT]):
         if forced is not None and forced.settings is not None:
             overrides = merge_overrides(overrides, forced.settings)
         settings = self.settings_for(prompt, overrides)
-        client = forced.client if forced is not None and forced.client is not None else self.client
+        client = forced.client if forced is not None and forced.client is not None else None
+        if client is None:  # not `self.client` first: it would look the override up again
+            client = self._client if self._client is not None else self.client
         outer = current_frame()
         run = PromptRun(
             agent=self,
@@ -599,18 +562,11 @@ class Agent(Generic[DepsT]):
 _OWN_PARAMETERS = frozenset(inspect.signature(Agent.__init__).parameters) - {"self", "options"}
 
 
-class _NoLoop:
-    """The key of the client made outside any event loop (a weakly referable object)."""
-
-
-_NO_LOOP = _NoLoop()
-
-
 def _as_prompt(prompt: Prompt[Any] | str) -> Prompt[Any]:
+    if type(prompt) is str:  # the usual call, agent.prompt("..."), first
+        return Prompt.of_text(prompt)
     if isinstance(prompt, Prompt):
         return prompt
-    if type(prompt) is str:
-        return Prompt.of_text(prompt)
     if isinstance(prompt, str):
         return Prompt(user=prompt)
     raise ConfigurationError(f"expected a Prompt or a string, got {type(prompt).__name__}")

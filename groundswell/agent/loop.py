@@ -10,9 +10,11 @@ caches, reflection, budgets or hooks.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 from typing import Any
 
-from .._serialize import jsonable
+from .._serialize import MAX_ITEMS as _MAX_ITEMS
+from .._serialize import jsonable, jsonable_text
 from ..errors import (
     ConfigurationError,
     GroundswellError,
@@ -34,11 +36,18 @@ MID_STREAM_RETRIES = 2
 _PREVIEW = 2_000
 
 
-async def run_prompt(run: PromptRun, layers: Layers) -> PromptResult[Any]:
-    """Run ``run`` through its layers: outer ``wrap_prompt`` layers, then each attempt."""
-    if not layers.outer_prompt:  # the common case: no layer to pass through
-        return await _attempt(run, layers)
+def run_prompt(run: PromptRun, layers: Layers) -> Awaitable[PromptResult[Any]]:
+    """Run ``run`` through its layers: outer ``wrap_prompt`` layers, then each attempt.
 
+    Returns the awaitable: with no outer layer (the common case) the attempt's own
+    coroutine, so a prompt awaits one coroutine less.
+    """
+    if not layers.outer_prompt:
+        return _attempt(run, layers)
+    return _outer(run, layers)
+
+
+async def _outer(run: PromptRun, layers: Layers) -> PromptResult[Any]:
     async def attempt() -> PromptResult[Any]:
         return await _attempt(run, layers)
 
@@ -123,7 +132,7 @@ async def _attempt(run: PromptRun, layers: Layers) -> PromptResult[Any]:
     payload: dict[str, Any] = {
         "agent": agent.name,
         "model": str(settings["model"]),
-        "user": jsonable(prompt.user),
+        "user": jsonable_text(prompt.user),
         "response_format": fmt.name if fmt is not None else None,  # e.g. "list[Quote]"
     }
     if prompt.data is not None:
@@ -140,8 +149,9 @@ async def _attempt(run: PromptRun, layers: Layers) -> PromptResult[Any]:
     node = tree.start_node(
         NodeType.PROMPT, agent.name, outer.node if outer else None, payload=payload, trusted=True
     )
+    metrics = node.metrics
     if run.attempt is not None:
-        node.metrics["attempt"] = run.attempt
+        metrics["attempt"] = run.attempt
     run.begin_attempt(node)
     usage = run.usage
     token = set_frame(Frame(tree, node, run.workflow, agent=agent))
@@ -149,7 +159,9 @@ async def _attempt(run: PromptRun, layers: Layers) -> PromptResult[Any]:
         user = prompt.render()
         if run.retry_note:
             user = f"{user}\n\n{run.retry_note}"
-        run.messages.extend([{"role": "user", "content": user}, *run.retry_messages])
+        run.messages.append({"role": "user", "content": user})
+        if run.retry_messages:
+            run.messages.extend(run.retry_messages)
         for item in settings.get("tools") or ():
             run.tools.add(item)
 
@@ -164,15 +176,16 @@ async def _attempt(run: PromptRun, layers: Layers) -> PromptResult[Any]:
         if run.has_deferred:
             await run.run_deferred()
     except BaseException as exc:
-        node.metrics["usage"] = usage
+        metrics["usage"] = usage
         _record_system(run)
         tree.end_node_after(node, exc)
         raise
     finally:
         reset_frame(token)
-    node.metrics["usage"] = usage
-    node.metrics["turns"] = result.turns
-    _record_system(run)
+    metrics["usage"] = usage
+    metrics["turns"] = result.turns
+    if run.system:  # `_record_system`, inline on the way every prompt takes
+        node.payload["system"] = jsonable(run.system)
     tree.end_node(node, NodeStatus.COMPLETED, output=result.output, record_output=True)
     result.tree, result.node, result.usage = tree, node, usage
     return result
@@ -208,18 +221,22 @@ async def _turns(run: PromptRun, layers: Layers) -> PromptResult[Any]:
                 raise
             if type(request) is not dict:
                 raise _broken(layer, "before_model", request, "the request dict it was given")
+        text: str | None = None
         if layers.model:
             message = await _model_layers(layers.model, 0, run, request)
+            content = [_block(b) for b in message.content]
         else:
-            message = await model_turn(run, request)
-        content = [_block(b) for b in message.content]
+            # Nothing stands between the model turn and here: its blocks (and text)
+            # are the message's, so they are converted once, not twice.
+            message, content, text = await _model_turn(run, request)
         if content:  # the API rejects an empty assistant turn; consecutive user turns merge
             messages.append({"role": "assistant", "content": content})
-        calls = [b for b in content if b.get("type") == "tool_use"]
-        if message.stop_reason == "tool_use" and calls:
-            results = await asyncio.gather(*(tool_call(run, layers, c) for c in calls))
-            messages.append({"role": "user", "content": list(results)})
-            continue
+        if message.stop_reason == "tool_use":
+            calls = [b for b in content if b.get("type") == "tool_use"]
+            if calls:
+                results = await asyncio.gather(*(tool_call(run, layers, c) for c in calls))
+                messages.append({"role": "user", "content": list(results)})
+                continue
         if message.stop_reason == "pause_turn":
             continue  # a server tool paused a long turn: send it back to go on
         pending = run.pop_continuation()
@@ -229,7 +246,8 @@ async def _turns(run: PromptRun, layers: Layers) -> PromptResult[Any]:
             continue
         if message.stop_reason == "max_tokens":
             tree.add_event(node, "truncated", max_tokens=run.settings["max_tokens"])
-        text = "".join(b.get("text", "") for b in content if b.get("type") == "text")
+        if text is None:
+            text = "".join(b.get("text", "") for b in content if b.get("type") == "text")
         try:
             fmt = run.prompt.output_type
             output = text if fmt is None else fmt.parse(text)
@@ -248,7 +266,7 @@ async def _turns(run: PromptRun, layers: Layers) -> PromptResult[Any]:
 
 async def _model_layers(chain: tuple[Layer, ...], i: int, run: PromptRun, request: Any) -> Any:
     if i == len(chain):
-        return await model_turn(run, request)
+        return (await _model_turn(run, request))[0]
     layer = chain[i]
     passed: list[BaseException] = []
 
@@ -275,19 +293,27 @@ async def _model_layers(chain: tuple[Layer, ...], i: int, run: PromptRun, reques
 
 async def model_turn(run: PromptRun, params: dict[str, Any]) -> Any:
     """One model round trip as a ``model_call`` node (mid-stream breaks are retried)."""
+    return (await _model_turn(run, params))[0]
+
+
+async def _model_turn(run: PromptRun, params: dict[str, Any]) -> tuple[Any, list[Any], str]:
+    """`model_turn`, also giving the reply's blocks as dicts and its text (for `_turns`)."""
     tree, parent, usage = run.tree, run.node, run.usage
     streaming = run.streaming
+    model = str(params["model"])
+    tools = params.get("tools")
     request: dict[str, Any] = {
         "model": params["model"],
         "max_tokens": params["max_tokens"],
         "messages": len(params["messages"]),
-        "tools": [t.get("name") for t in params.get("tools", [])],
+        "tools": [t.get("name") for t in tools] if tools else [],
         "stream": streaming,
     }
-    sampling = params.get("extra_body") or {}
-    for name in ("temperature", "top_p", "top_k"):
-        if isinstance(sampling.get(name), int | float):
-            request[name] = sampling[name]
+    sampling = params.get("extra_body")
+    if sampling:
+        for name in ("temperature", "top_p", "top_k"):
+            if isinstance(sampling.get(name), int | float):
+                request[name] = sampling[name]
     if params.get("stop_sequences"):
         request["stop_sequences"] = jsonable(list(params["stop_sequences"]))
     attempt = 0
@@ -295,24 +321,28 @@ async def model_turn(run: PromptRun, params: dict[str, Any]) -> Any:
         attempt += 1
         node = tree.start_node(
             NodeType.MODEL_CALL,
-            str(params["model"]),
+            model,
             parent,
             # Model and tool names, counts and flags only: nothing to scrub.
             payload={"request": request},
             trusted=True,
         )
-        deltas = {"text": 0, "tool_input": 0}
+        on_delta: Any = None
+        if streaming:  # the counters and the callback only for a stream
+            deltas = {"text": 0, "tool_input": 0}
 
-        def on_delta(kind: str, delta: str, deltas: dict[str, int] = deltas) -> None:
-            deltas[kind] += 1
-            run.emit(
-                StreamEvent("text", text=delta)
-                if kind == "text"
-                else StreamEvent("tool_input", tool_input=delta)
-            )
+            def count(kind: str, delta: str, deltas: dict[str, int] = deltas) -> None:
+                deltas[kind] += 1
+                run.emit(
+                    StreamEvent("text", text=delta)
+                    if kind == "text"
+                    else StreamEvent("tool_input", tool_input=delta)
+                )
+
+            on_delta = count
 
         try:
-            message = await call_model(run.client, params, on_delta if streaming else None)
+            message = await call_model(run.client, params, on_delta)
         except asyncio.CancelledError:
             tree.end_node(node, NodeStatus.CANCELLED)
             raise
@@ -329,7 +359,7 @@ async def model_turn(run: PromptRun, params: dict[str, Any]) -> Any:
             tree.end_node(node, NodeStatus.FAILED, error=missing)
             raise missing from exc
         except Exception as exc:  # SDK, transport or anything else: a typed error, a closed node
-            error = api_error(exc, str(params["model"]))
+            error = api_error(exc, model)
             tree.end_node(node, NodeStatus.FAILED, error=error)
             if is_retryable_stream_error(exc) and attempt <= MID_STREAM_RETRIES:
                 tree.add_event(parent, "stream_retry", attempt=attempt, error=str(error))
@@ -337,24 +367,45 @@ async def model_turn(run: PromptRun, params: dict[str, Any]) -> Any:
                 run.emit(StreamEvent("retry", text=str(error)))
                 continue
             raise error from exc
-        turn_usage = _usage(message.usage)
-        for key, value in turn_usage.items():
-            usage[key] = usage.get(key, 0) + value
-        node.metrics["usage"] = turn_usage
-        node.metrics["attempt"] = attempt
+        # The turn's usage, added to the attempt's (a plain loop: no comprehension frame).
+        turn_usage: dict[str, int] = {}
+        reported = message.usage
+        for name in _USAGE_FIELDS:
+            value = getattr(reported, name, None)
+            if isinstance(value, int):
+                turn_usage[name] = value
+                usage[name] = usage.get(name, 0) + value
+        metrics = node.metrics
+        metrics["usage"] = turn_usage
+        metrics["attempt"] = attempt
         content = [_block(b) for b in message.content]
-        text = "".join(b["text"] for b in content if b["type"] == "text")
+        texts: list[str] = []
+        tool_calls: list[Any] = []
+        # The blocks as recorded: `jsonable` of each, but a plain text block's only
+        # content is its text (its two keys and "text" are shorter than any secret).
+        recorded: list[Any] = []
+        for b in content:
+            kind = b["type"]
+            if kind == "text":
+                texts.append(b["text"])
+                if len(b) == 2:
+                    recorded.append({"type": "text", "text": jsonable_text(b["text"])})
+                    continue
+            elif kind == "tool_use":
+                tool_calls.append(b["name"])
+            recorded.append(jsonable(b, 1))
+        text = texts[0] if len(texts) == 1 else "".join(texts)
         node.payload["response"] = {
             # The API's own ids and names: plain strings, nothing to scrub.
             "id": str(message.id),
             "model": str(message.model),
             "stop_reason": message.stop_reason,
-            "text": jsonable(text[:_PREVIEW]),
-            "tool_calls": [b["name"] for b in content if b["type"] == "tool_use"],
+            "text": jsonable_text(text[:_PREVIEW]),
+            "tool_calls": tool_calls,
             # The whole answer, so a saved run can be replayed offline
             # (groundswell.testing.FakeAnthropicAPI.from_trace); as the dicts
             # the conversation sends back, which cost less than model_dump.
-            "content": jsonable(content),
+            "content": recorded if len(content) <= _MAX_ITEMS else jsonable(content),
         }
         if streaming:
             node.payload["stream"] = {
@@ -362,7 +413,7 @@ async def model_turn(run: PromptRun, params: dict[str, Any]) -> Any:
                 "tool_input_deltas": deltas["tool_input"],
             }
         tree.end_node(node, NodeStatus.COMPLETED)
-        return message
+        return message, content, text
 
 
 async def tool_call(run: PromptRun, layers: Layers, block: dict[str, Any]) -> dict[str, Any]:
@@ -477,11 +528,3 @@ _USAGE_FIELDS = (
     "cache_creation_input_tokens",
     "cache_read_input_tokens",
 )
-
-
-def _usage(usage: Any) -> dict[str, int]:
-    return {
-        name: value
-        for name in _USAGE_FIELDS
-        if isinstance(value := getattr(usage, name, None), int)
-    }

@@ -177,10 +177,20 @@ _made: weakref.WeakKeyDictionary[PluginManager, _Made] = weakref.WeakKeyDictiona
 _lock = threading.Lock()
 
 
+# The last manager asked about (weakly) and its `_Made`: every prompt asks, almost
+# always about the same manager, and a WeakKeyDictionary lookup makes a weakref each time.
+_last: tuple[weakref.ref[PluginManager], _Made] | None = None
+
+
 def _for(manager: PluginManager) -> _Made:
+    global _last
+    last = _last
+    if last is not None and last[0]() is manager and last[1].generation == manager.generation:
+        return last[1]
     made = _made.get(manager)
     if made is None or made.generation != manager.generation:
         made = _made[manager] = _Made(manager.generation)
+    _last = (weakref.ref(manager), made)
     return made
 
 

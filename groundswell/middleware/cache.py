@@ -109,12 +109,15 @@ class ToolResultCache(Middleware):
     order = 310
 
     def active(self, run: PromptRun) -> bool:
-        if run.settings.get("tool_cache"):
+        settings = run.settings
+        if settings.get("tool_cache"):
             return True
+        tools = settings.get("tools")
+        if not tools:  # no generator at all for a prompt without tools
+            return False
         # Toolsets (names) may hold tools with a policy; plain tools say so themselves.
         return any(
-            isinstance(item, str) or getattr(item, "cache", None) is not None
-            for item in run.settings.get("tools") or ()
+            isinstance(item, str) or getattr(item, "cache", None) is not None for item in tools
         )
 
     async def wrap_prompt(self, run: PromptRun, call_next: PromptNext) -> PromptResult[Any]:

@@ -43,7 +43,8 @@ class ClaudeHooks(Middleware):
     order = 210
 
     def active(self, run: PromptRun) -> bool:
-        parent = _parent_of_new_prompt()
+        # Outside any hooked tool call (the usual case) there is no parent to look for.
+        parent = _parent_of_new_prompt() if _calling.get() is not None else None
         run.scratch[_PARENT] = parent
         return bool(run.settings.get("hooks")) or parent is not None
 

@@ -27,10 +27,13 @@ class MCPServers(Middleware):
 
     def active(self, run: PromptRun) -> bool:
         # A hand-written mcp_toolset with no server is refused here, before the API sees it.
-        return bool(run.settings.get("mcps")) or any(
-            isinstance(t, dict) and t.get("type") == "mcp_toolset"
-            for t in run.settings.get("tools") or ()
-        )
+        settings = run.settings
+        if settings.get("mcps"):
+            return True
+        tools = settings.get("tools")
+        if not tools:  # no generator at all for a prompt without tools
+            return False
+        return any(isinstance(t, dict) and t.get("type") == "mcp_toolset" for t in tools)
 
     async def wrap_prompt(self, run: PromptRun, call_next: PromptNext) -> PromptResult[Any]:
         settings = run.settings

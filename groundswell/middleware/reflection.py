@@ -42,7 +42,15 @@ class Reflection(Middleware):
     retries = True
 
     def active(self, run: PromptRun) -> bool:
-        config, level = _config_for(run)
+        overrides = run.overrides
+        if (  # nothing but the agent says: its own settings (`_config_for`'s last case)
+            overrides.reflection is None
+            and overrides.enable_reflection is None
+            and run.prompt.enable_reflection is None
+        ):
+            config, level = run.agent.reflection, "agent"
+        else:
+            config, level = _config_for(run)
         if config is None or config.max_attempts == 1:
             return False
         run.scratch[_KEY] = (config, level)

@@ -25,12 +25,15 @@ class ToolTimeout(Middleware):
     order = 320
 
     def active(self, run: PromptRun) -> bool:
-        if run.settings.get("tool_timeout") is not None:
+        settings = run.settings
+        if settings.get("tool_timeout") is not None:
             return True
+        tools = settings.get("tools")
+        if not tools:  # no generator at all for a prompt without tools
+            return False
         # Toolsets (names) may hold tools with a timeout; plain tools say so themselves.
         return any(
-            isinstance(item, str) or getattr(item, "timeout", None) is not None
-            for item in run.settings.get("tools") or ()
+            isinstance(item, str) or getattr(item, "timeout", None) is not None for item in tools
         )
 
     async def wrap_tool_call(self, run: PromptRun, call: ToolCall, call_next: ToolNext) -> Any:
