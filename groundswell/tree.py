@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ._scrub import scrub_fields, scrub_json
-from ._serialize import jsonable
+from ._serialize import jsonable, jsonable_text
 from .events import Event
 
 # The ``x as x`` imports keep old import paths (``groundswell.tree.label_parts``) working.
@@ -146,7 +146,9 @@ class EventTree:
             kind = output.__class__
             # Numbers and None are JSON already and hold no secret (strings may: they
             # go through jsonable like everything else).
-            if not (kind is int or kind is bool or output is None):
+            if kind is str:
+                output = jsonable_text(output)
+            elif not (kind is int or kind is bool or output is None):
                 output = jsonable(output)
         finish(node, final, output, record_output)
         if self._dispatch is not None:
