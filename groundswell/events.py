@@ -166,8 +166,7 @@ class _SinkWorker:
         # the worker polls every POLL_S instead, and is woken early only for a
         # flush, a stop, or a backlog.
         if self._sleeping and (urgent or len(self._events) >= WAKE_AT):
-            with self._wake:
-                self._wake.notify()
+            self._wake_worker()
 
     def put(self, event: Event) -> None:
         events = self._events
@@ -184,7 +183,14 @@ class _SinkWorker:
         # _push inlined: this runs on the run's thread for every event and sink.
         events.append(event)
         if self._sleeping and len(events) >= WAKE_AT:
-            with self._wake:
+            self._wake_worker()
+
+    def _wake_worker(self) -> None:
+        with self._wake:
+            # Once per sleep: until the worker runs again, later events would
+            # otherwise each take the lock to notify it once more.
+            if self._sleeping:
+                self._sleeping = False
                 self._wake.notify()
 
     def _run(self) -> None:

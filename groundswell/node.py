@@ -334,19 +334,30 @@ def finish(node: EventNode, status: NodeStatus, output: Any, with_output: bool) 
 def start_record(node: EventNode) -> dict[str, Any]:
     """The data of a ``node_start`` event: the node's `to_dict` record, without children."""
     # Copies, not the node's live containers: the node keeps changing after this event.
-    record = node.to_dict()
-    record["payload"] = dict(payload_of(node))
-    record["metrics"] = dict(metrics_of(node))
-    record["events"] = list(node._events or ())
-    record["children"] = []
-    return record
+    # Built directly (as `to_dict` would, keys in its order): this runs on the run's
+    # thread for every node of an observed tree. `_value_` is the member's value
+    # without the enum descriptor.
+    return {
+        "id": node.id,
+        "type": node.type._value_,
+        "name": node.name,
+        "status": node.status._value_,
+        "timestamp": node.timestamp,
+        "ended_at": node.ended_at,
+        "parent_id": node.parent_id,
+        "payload": dict(payload_of(node)),
+        "metrics": dict(metrics_of(node)),
+        "events": list(node._events or ()),
+        "error": node.error,
+        "children": [],
+    }
 
 
 def end_record(node: EventNode) -> dict[str, Any]:
     """The data of a ``node_end`` event: what a node has when it ends."""
     return {
         "id": node.id,
-        "status": node.status.value,
+        "status": node.status._value_,
         "ended_at": node.ended_at,
         "metrics": dict(metrics_of(node)),
         "payload": dict(payload_of(node)),
