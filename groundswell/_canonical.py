@@ -127,7 +127,9 @@ def _canon(value: Any, where: str, seen: set[int]) -> Any:
             return "NaN"
         if math.isinf(value):
             return "Infinity" if value > 0 else "-Infinity"
-        return value
+        # A subclass (numpy.float64, say) as the plain float it equals: orjson
+        # encodes only plain floats, and the key must not depend on the class.
+        return value if value.__class__ is float else float(value)
     if isinstance(value, enum.Enum):
         return _canon(value.value, where, seen)
     if isinstance(value, dt.datetime | dt.date | dt.time):

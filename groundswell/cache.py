@@ -302,25 +302,23 @@ async def through_cache(
     loop = asyncio.get_running_loop()
     slot = (id(loop), id(cache), key)
     leader = _inflight.get(slot)
-    if leader is None:
-        # Looked up before any in-flight bookkeeping: a hit (the usual case) needs none.
-        # Callers whose lookups overlap each read the backend; the misses among them
-        # still share one produce() below, since nothing awaits between that check
-        # and the registration.
-        hit = await _lookup(cache, key, decode, tree, node)
-        if hit is not None:
-            return hit[0], True
-        leader = _inflight.get(slot)
     if leader is not None:  # the same request is already being answered
         value = await asyncio.shield(leader)
         node.metrics["cache"] = "hit"
         tree.add_event(node, "cache_hit", key=key, age_s=0.0, deduplicated=True)
         return decode(value), True
+    # Registered before the lookup: callers that come while it runs wait for this
+    # one instead of each asking the backend (a failing one would count every
+    # failure toward skipping it).
     future: asyncio.Future[Any] = loop.create_future()
     # Nobody may be waiting: mark any exception as seen so asyncio does not warn.
     future.add_done_callback(_seen)
     _inflight[slot] = future
     try:
+        hit = await _lookup(cache, key, decode, tree, node)
+        if hit is not None:
+            future.set_result(hit[1])
+            return hit[0], True
         node.metrics["cache"] = "miss"
         tree.add_event(node, "cache_miss", key=key)
         value = await produce()
@@ -351,8 +349,9 @@ def _seen(future: asyncio.Future[Any]) -> None:
 
 async def _lookup(
     cache: Cache, key: str, decode: Callable[[Any], T], tree: EventTree, node: EventNode
-) -> tuple[T] | None:
-    """``(value,)`` decoded from the entry under ``key``, recorded as a hit; ``None`` on a miss.
+) -> tuple[T, Any] | None:
+    """(decoded value, stored value) of the entry under ``key``, recorded as a hit;
+    ``None`` on a miss.
 
     A failing backend and an entry that does not decode are misses, recorded.
     """
@@ -375,7 +374,7 @@ async def _lookup(
         return None
     node.metrics["cache"] = "hit"
     tree.add_event(node, "cache_hit", key=key, age_s=round(age, 3))
-    return (result,)
+    return result, entry["value"]
 
 
 async def store_entry(

@@ -178,10 +178,7 @@ class Prompt(Generic[T]):
         # Rendering once here both validates data and spares every call the work.
         object.__setattr__(self, "_rendered", rendered)
         object.__setattr__(self, "_rules", check_rules(self.extract))
-        wins = tuple(
-            (name, value) for name in WINNING_FIELDS if (value := getattr(self, name)) is not None
-        )
-        object.__setattr__(self, "wins", wins)
+        object.__setattr__(self, "wins", _wins(self))
 
     @classmethod
     def of_text(cls, user: str) -> Prompt[str]:
@@ -196,6 +193,13 @@ class Prompt(Generic[T]):
         fields["user"] = fields["_rendered"] = user  # no data: the user turn is the text
         made.__dict__.update(fields)
         return made
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # A prompt pickled before `wins` existed (a durable run's input, say)
+        # gets it here, or its system, tools... would be ignored.
+        self.__dict__.update(state)
+        if "wins" not in state:
+            self.__dict__["wins"] = _wins(self)
 
     @property
     def output_type(self) -> OutputType | None:
@@ -322,6 +326,13 @@ NO_OVERRIDES = PromptOverrides()
 
 
 _IDENTIFIER = string.ascii_letters + string.digits + "_"
+
+
+def _wins(prompt: Prompt[Any]) -> tuple[tuple[str, Any], ...]:
+    """(name, value) of the `WINNING_FIELDS` ``prompt`` sets."""
+    return tuple(
+        (name, value) for name in WINNING_FIELDS if (value := getattr(prompt, name)) is not None
+    )
 
 
 # Every field at its default, checked once: what `Prompt.of_text` copies.

@@ -134,16 +134,48 @@ class SuspendingCache(LRUCache):
         await super().set(key, value, ttl)
 
 
-async def test_concurrent_misses_share_one_request_when_lookups_overlap() -> None:
+async def test_concurrent_calls_share_one_lookup_and_one_request() -> None:
     fake = FakeAnthropicAPI(lambda request: text(f"answer to {request.last_user_text()}"))
     cache = SuspendingCache()
     agent = Agent(name="overlap", client=fake.client(), cache=cache)
     outputs = await asyncio.gather(*(agent.run("same") for _ in range(20)))
     assert {o.output for o in outputs} == {"answer to same"}
-    assert len(fake.requests) == 1 and cache.gets == 20
+    # The first caller asks the backend; the others wait for it, lookup included.
+    assert len(fake.requests) == 1 and cache.gets == 1
     assert sorted(o.node.metrics["cache"] for o in outputs) == ["hit"] * 19 + ["miss"]
     later = await agent.run("same")
     assert later.node.metrics["cache"] == "hit" and len(fake.requests) == 1
+
+
+class FlakyCache(SuspendingCache):
+    """Its first ``failures`` gets raise, as a backend in a short outage does."""
+
+    def __init__(self, failures: int) -> None:
+        super().__init__()
+        self.failures = failures
+
+    async def get(self, key: str) -> Any:
+        if self.failures:
+            self.failures -= 1
+            self.gets += 1
+            await asyncio.sleep(0)
+            raise ConnectionError("backend blip")
+        return await super().get(key)
+
+
+async def test_concurrent_callers_meet_a_failing_backend_once() -> None:
+    # Each failure counts toward skipping the backend: callers waiting for the
+    # first one must not each fail on their own and trip it.
+    fake = FakeAnthropicAPI(lambda request: text("fresh"))
+    cache = FlakyCache(failures=3)
+    agent = Agent(name="blip", client=fake.client(), cache=cache)
+    first, *others = await asyncio.gather(*(agent.run("same") for _ in range(3)))
+    assert cache.gets == 1 and len(fake.requests) == 1
+    assert [e["type"] for e in first.node.events] == ["cache_error", "cache_miss"]
+    for other in others:
+        assert [e["type"] for e in other.node.events] == ["cache_hit"]
+    # Not skipped after one failure: the answer was stored.
+    assert cache.metrics()["size"] == 1
 
 
 async def test_a_failed_leader_fails_the_callers_waiting_on_it_and_is_not_stored() -> None:
@@ -194,3 +226,12 @@ async def test_no_timer_for_a_call_that_answers_at_once(monkeypatch: pytest.Monk
     with pytest.raises(TimeoutError):
         await within(lambda: asyncio.Event().wait(), waits)
     assert len(armed) == 1 and waits.expired()
+
+
+class Precise(float):
+    """A float subclass, as numpy.float64 is."""
+
+
+def test_a_float_subclass_keys_as_the_float_it_equals() -> None:
+    plain = request_cache_key("judge", {"extra_body": {"top_p": 1e-05}})
+    assert request_cache_key("judge", {"extra_body": {"top_p": Precise(1e-05)}}) == plain

@@ -326,9 +326,8 @@ class Agent(Generic[DepsT]):
         Raises `ModelAPIError`, `ResponseValidationError`,
         `MaxTurnsExceeded`, `ConfigurationError`.
         """
-        history = self._check_call(message_history, deps)  # `run`, inline: a coroutine less
-        checked = self._overrides(overrides)
-        result = await self._execute(_as_prompt(prompt), checked, None, history, deps)
+        # Through `run`, so a subclass that overrides it sees every prompt too.
+        result = await self.run(prompt, overrides, message_history=message_history, deps=deps)
         return result.output
 
     @overload

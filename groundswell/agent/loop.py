@@ -126,17 +126,17 @@ async def _attempt(run: PromptRun, layers: Layers) -> PromptResult[Any]:
     agent, prompt, tree = run.agent, run.prompt, run.tree
     settings = run.base_settings
     fmt = prompt.output_type
-    # Scrubbed field by field: the agent's name, its model and a type's name are
-    # configuration, not content; the user text, data and middleware fields may
-    # hold anything.
+    # Scrubbed field by field, exactly as `jsonable(payload)` would (strings
+    # redacted and cut, data one level down), without walking the dict.
     payload: dict[str, Any] = {
-        "agent": agent.name,
-        "model": str(settings["model"]),
+        "agent": jsonable_text(agent.name),
+        "model": jsonable_text(str(settings["model"])),
         "user": jsonable_text(prompt.user),
-        "response_format": fmt.name if fmt is not None else None,  # e.g. "list[Quote]"
+        # e.g. "list[Quote]"
+        "response_format": jsonable_text(fmt.name) if fmt is not None else None,
     }
     if prompt.data is not None:
-        payload["data"] = jsonable(prompt.data)
+        payload["data"] = jsonable(prompt.data, 1)
     if run.payload:
         payload.update(jsonable(run.payload))
     outer = current_frame()
@@ -393,7 +393,7 @@ async def _model_turn(run: PromptRun, params: dict[str, Any]) -> tuple[Any, list
                     continue
             elif kind == "tool_use":
                 tool_calls.append(b["name"])
-            recorded.append(jsonable(b, 1))
+            recorded.append(jsonable(b, 2))  # as deep as inside the response's content
         text = texts[0] if len(texts) == 1 else "".join(texts)
         node.payload["response"] = {
             # The API's own ids and names: plain strings, nothing to scrub.
@@ -405,7 +405,7 @@ async def _model_turn(run: PromptRun, params: dict[str, Any]) -> tuple[Any, list
             # The whole answer, so a saved run can be replayed offline
             # (groundswell.testing.FakeAnthropicAPI.from_trace); as the dicts
             # the conversation sends back, which cost less than model_dump.
-            "content": recorded if len(content) <= _MAX_ITEMS else jsonable(content),
+            "content": recorded if len(content) <= _MAX_ITEMS else jsonable(content, 1),
         }
         if streaming:
             node.payload["stream"] = {
