@@ -28,7 +28,8 @@ Plugins are loaded only where a row needs them (LRU, OTel, history), so run it w
 ``GROUNDSWELL_LOAD_PLUGINS=""`` as ``nox -s bench`` does. Uses the public API (private
 imports are guarded), so it runs against an older checkout too::
 
-    PYTHONPATH=/tmp/base:/tmp/base/plugins python benchmarks/bench_hotpaths.py
+    git worktree add ../before <commit>
+    PYTHONPATH=../before:../before/plugins python benchmarks/bench_hotpaths.py --name before
 
 ``--quick`` for a smaller run, ``--only ROW,ROW``, ``--profile DIR`` to write cProfile
 output of each row's framework-only workload, ``--workload ROW`` to run that workload
