@@ -3,8 +3,8 @@
 For a change to the agent's hot path, check out the revision before it next
 to this one and compare::
 
-    git worktree add /tmp/before HEAD~1
-    python benchmarks/compare_agent.py /tmp/before .
+    git worktree add ../before HEAD~1
+    python benchmarks/compare_agent.py ../before .
 
 Each tree's ``groundswell`` (and bundled plugins) is imported in its own
 subprocess, alternating several times so that drift of the machine hits both
