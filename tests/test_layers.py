@@ -38,6 +38,7 @@ LAYERS: dict[str, int] = {
     # building blocks: model, prompt, tools and the data each feature works on
     "groundswell.model": 4,
     "groundswell.tools": 4,
+    "groundswell.mcp_config": 4,
     "groundswell.mcp_bridge": 4,
     "groundswell.mcp_session": 4,
     "groundswell.claude_hooks": 4,

@@ -25,7 +25,8 @@ from ..cache import Cache, ToolCachePolicy
 from ..claude_hooks import check_hooks
 from ..context_providers import check_context
 from ..errors import ConfigurationError
-from ..mcp_bridge import check_mcps, register_mcp_secrets
+from ..mcp_bridge import check_mcps
+from ..mcp_config import register_mcp_secrets
 from ..plugins import get_plugin_manager
 from ..prompt import NO_OVERRIDES, Prompt, PromptOverrides, check_cache_name
 from ..reflection import ReflectionConfig, ReflectionEntry, resolve_config

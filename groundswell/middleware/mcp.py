@@ -13,7 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..agent import Middleware, PromptNext, PromptResult, PromptRun
-from ..mcp_bridge import MCPBridge, check_toolsets, remote_request
+from ..mcp_bridge import MCPBridge
+from ..mcp_config import check_toolsets, remote_request
 from ..mcp_session import session_for
 
 __all__ = ["MCPServers"]
