@@ -366,3 +366,26 @@ def test_old_sessions_are_purged_with_their_iterations(store: HistoryStore) -> N
     assert len(count) == 1  # the purged sessions' iterations went with them
     with pytest.raises(ValueError, match="older_than must be seconds"):
         store.purge_sessions(-1)
+
+
+def test_stores_opening_a_new_sqlite_file_at_once_all_open_it(tmp_path: Path) -> None:
+    # A sink's store and a tool's may open a fresh database in the same moment;
+    # switching it to WAL then answers "locked" to all but one of them.
+    import threading
+
+    failures: list[BaseException] = []
+
+    def open_store(url: str) -> None:
+        try:
+            HistoryStore(url).close()
+        except BaseException as exc:
+            failures.append(exc)
+
+    for round_ in range(15):
+        url = f"sqlite:///{tmp_path / f'h{round_}.db'}"
+        threads = [threading.Thread(target=open_store, args=(url,)) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert failures == []

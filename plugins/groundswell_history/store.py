@@ -728,12 +728,27 @@ def safe_url(url: str) -> str:
     return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
 
 
+_WAL_TRIES = 20
+
+
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     # WAL lets readers and one writer work at once and survives a killed process;
     # the busy timeout makes concurrent writers wait instead of failing.
+    import sqlite3
+
     cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA busy_timeout=30000")
+    # Switching a new database to WAL needs it to itself, and SQLite answers
+    # "locked" at once (no busy wait) when another connection opens it at that
+    # moment, as a sink's store and a tool's do: try again for up to ~4 s.
+    for attempt in range(_WAL_TRIES):
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            break
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or attempt == _WAL_TRIES - 1:
+                raise
+            time.sleep(0.02 * (attempt + 1))
     cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.close()
 
