@@ -24,6 +24,17 @@ Rows (each records value, baseline, ratio, goal and whether the goal is met):
   the in-process prompt rate without history; plus an end-to-end run
   (``Agent(history=True)`` until committed) with its worst loss window.
 
+Three rows also measure their floor in the same run, to show how far a goal is from
+what any implementation of the same behaviour costs:
+
+- ``concurrent_1000``: ``tree_floor_ratio``, the run's four nodes (workflow, step, prompt,
+  model call, with payloads and outputs) built by hand around each raw call;
+- ``cache_hit``: ``floor_us``, the least a hit must do, by hand: build the request and its
+  key, read the entry, validate a fresh answer, record a prompt node and its event;
+- ``otel_cpu``: ``floor_ratio``, an event sink that only starts and ends the same spans
+  through the SDK on the sink's thread (``sdk_alone_ratio``: the same spans made on the
+  run's own thread, with no sink and no second thread at all).
+
 Plugins are loaded only where a row needs them (LRU, OTel, history), so run it with
 ``GROUNDSWELL_LOAD_PLUGINS=""`` as ``nox -s bench`` does. Uses the public API (private
 imports are guarded), so it runs against an older checkout too::
@@ -56,6 +67,7 @@ import tempfile
 import threading
 import time
 import tracemalloc
+import types
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -235,7 +247,34 @@ async def concurrent_1000() -> dict[str, Any]:
     async def prompts_batch() -> None:
         await asyncio.gather(*(agent.prompt("ping") for _ in range(n)))
 
+    async def floor_one() -> str:
+        # The tree a run leaves (workflow, step, prompt and model-call nodes with
+        # their payloads and outputs) built by hand around a raw call: the least
+        # any run recorded this way costs.
+        tree = groundswell.EventTree()
+        run = tree.start_node("workflow", "one-prompt", trusted=True)
+        step = tree.start_node("step", "ask", run, trusted=True)
+        asked = {"agent": "bench", "model": MODEL, "user": "ping"}
+        prompt = tree.start_node("prompt", "bench", step, payload=asked, trusted=True)
+        sent = {"request": {"model": MODEL, "max_tokens": 16, "messages": 1}}
+        call = tree.start_node("model_call", MODEL, prompt, payload=sent, trusted=True)
+        message = await raw_call(client)
+        answer = message.content[0].text
+        call.payload["response"] = {"id": message.id, "stop_reason": message.stop_reason}
+        tree.end_node(call, "completed")
+        for node in (prompt, step, run):
+            tree.end_node(node, "completed", output=answer, record_output=True)
+        return str(answer)
+
+    async def floor_batch() -> None:
+        await asyncio.gather(*(floor_one() for _ in range(n)))
+
     forms = {"raw": raw_batch, "workflow_runs": runs_batch, "agent_prompts": prompts_batch}
+    try:
+        await floor_one()
+        forms["tree_floor"] = floor_batch
+    except Exception as exc:  # an older checkout's tree API
+        print(f"concurrent_1000: no floor on this checkout ({type(exc).__name__}: {exc})")
     rates: dict[str, list[float]] = {k: [] for k in forms}
     for batch in forms.values():  # warm up
         await batch()
@@ -246,7 +285,8 @@ async def concurrent_1000() -> dict[str, Any]:
             t0 = time.perf_counter()
             await batch()
             rates[name].append(n / (time.perf_counter() - t0))
-    raw, runs, prompts = (med(rates[k]) for k in forms)
+    raw, runs, prompts = (med(rates[k]) for k in ("raw", "workflow_runs", "agent_prompts"))
+    floor = med(rates["tree_floor"]) if "tree_floor" in rates else None
     return row(
         runs,
         "workflow runs per s",
@@ -257,6 +297,7 @@ async def concurrent_1000() -> dict[str, Any]:
         runs / raw >= 0.95,
         agent_prompts_per_s=round(prompts),
         agent_prompts_ratio=round(prompts / raw, 3),
+        tree_floor_ratio=round(floor / raw, 3) if floor is not None else None,
         rounds=rounds,
         each_round={k: [round(x) for x in v] for k, v in rates.items()},
     )
@@ -284,7 +325,8 @@ def _verdict() -> Any:
 async def cache_hit() -> dict[str, Any]:
     api = FakeAnthropicAPI(lambda request: json_reply({"approve": True, "reason": "fine"}))
     client = api.client(max_retries=0)
-    cached = Agent(name="cached", client=client, cache=_lru())
+    lru = _lru()
+    cached = Agent(name="cached", client=client, cache=lru)
     uncached = Agent(name="uncached", client=client)
     prompt = Prompt(user="Judge", data={"diff": "+x"}, response_format=_verdict())
     await cached.prompt(prompt)  # fills the cache
@@ -296,9 +338,11 @@ async def cache_hit() -> dict[str, Any]:
         return await client.messages.create(**known, extra_body=body)
 
     await raw(), await uncached.prompt(prompt)
+    floor = await _hit_floor(cached, prompt, lru)
     hit: list[int] = []
     call: list[int] = []
     miss: list[int] = []
+    least: list[int] = []
     for _ in range(scale(6, 3)):
         api.requests.clear()
         gc.collect()
@@ -308,12 +352,17 @@ async def cache_hit() -> dict[str, Any]:
             t1 = time.perf_counter_ns()
             await raw()
             t2 = time.perf_counter_ns()
-            await uncached.prompt(prompt)
+            if floor is not None:
+                await floor()
             t3 = time.perf_counter_ns()
+            await uncached.prompt(prompt)
+            t4 = time.perf_counter_ns()
             hit.append(t1 - t0)
             call.append(t2 - t1)
-            miss.append(t3 - t2)
+            least.append(t3 - t2)
+            miss.append(t4 - t3)
     h, c, m = (med(x) / 1000 for x in (hit, call, miss))
+    f = med(least) / 1000 if floor is not None else None
     return row(
         h,
         "us per cache-hit prompt",
@@ -324,9 +373,48 @@ async def cache_hit() -> dict[str, Any]:
         c / h >= 20 and h <= 25,
         uncached_agent_prompt_us=round(m, 1),
         speedup_vs_uncached_prompt=round(m / h, 2),
+        floor_us=round(f, 1) if f is not None else None,
+        floor_speedup=round(c / f, 2) if f is not None else None,
         calls=len(hit),
-        note="ratio is the speed-up: baseline / value",
+        note="ratio is the speed-up: baseline / value; floor: the least work a hit "
+        "must do (see _hit_floor), timed in the same interleaving",
     )
+
+
+async def _hit_floor(agent: Any, prompt: Any, cache: Any) -> Callable[[], Any] | None:
+    """The least a cache hit must do, by hand, with nothing else of a prompt around it.
+
+    Build the request and its key, read the entry, validate a fresh answer, and
+    record it as a prompt node with its ``cache_hit`` event. ``None`` when this
+    checkout's helpers differ (an older baseline).
+    """
+    try:
+        from groundswell import EventTree
+        from groundswell.cache import request_cache_key
+        from groundswell.model import build_request
+
+        fmt, settings = prompt.output_type, dict(agent.config)
+        payload = {"agent": agent.name, "user": prompt.user, "data": prompt.data}
+
+        async def floor() -> Any:
+            tree = EventTree()
+            node = tree.start_node("prompt", agent.name, payload=payload, trusted=True)
+            messages = [{"role": "user", "content": prompt.render()}]
+            request = build_request(
+                settings, messages, tools=[], system=None, response_format=prompt.response_format
+            )
+            key = request_cache_key(agent.name, request)
+            value = (await cache.get(key))["value"]
+            output = fmt.load(value.get("answer", value))
+            tree.add_event(node, "cache_hit", key=key, age_s=0.0)
+            tree.end_node(node, "completed", output=output, record_output=True)
+            return output
+
+        assert await floor() == await agent.prompt(prompt)
+    except Exception as exc:  # a baseline without these helpers
+        print(f"cache_hit: no floor on this checkout ({type(exc).__name__}: {exc})")
+        return None
+    return floor
 
 
 # -- 5. cache key ----------------------------------------------------------------------
@@ -524,24 +612,44 @@ async def otel_cpu() -> dict[str, Any]:
     await measure(False)
     otel.instrument(provider)
     await measure(True)
-    cpu: dict[bool, list[float]] = {False: [], True: []}
-    wall: dict[bool, list[float]] = {False: [], True: []}
-    spans = 0
-    for _ in range(rounds):
-        for on in (False, True):
-            if on:
-                otel.instrument(provider)
-            else:
-                otel.uninstrument()
-            exporter.clear()
-            c, w = await measure(on)
-            cpu[on].append(c / steps * 1e6)
-            wall[on].append(w / steps * 1e6)
-            if on:
-                spans = len(exporter.get_finished_spans())
+    finished = exporter.get_finished_spans()
     otel.uninstrument()
+    floor = _floor_sink(provider, finished)
+    modes = ("off", "on", "floor") if floor is not None else ("off", "on")
+    cpu: dict[str, list[float]] = {m: [] for m in modes}
+    wall: dict[str, list[float]] = {m: [] for m in modes}
+    spans: dict[str, int] = {}
+    for _ in range(rounds):
+        for mode in modes:
+            if mode == "on":
+                otel.instrument(provider)
+            elif mode == "floor" and floor is not None:
+                floor(True)
+            exporter.clear()
+            c, w = await measure(mode != "off")
+            cpu[mode].append(c / steps * 1e6)
+            wall[mode].append(w / steps * 1e6)
+            spans[mode] = len(exporter.get_finished_spans())
+            if mode == "on":
+                otel.uninstrument()
+            elif mode == "floor" and floor is not None:
+                floor(False)
+    # The SDK's own work alone: the same spans made straight through it on this
+    # thread, with no sink and no second thread, timed the same way.
+    replay = _span_replay(provider, finished)
+    sdk: list[float] = []
+    for _ in range(rounds):
+        exporter.clear()
+        gc.collect()
+        c0 = time.process_time()
+        for _ in range(steps):
+            replay()
+        provider.force_flush()
+        sdk.append((time.process_time() - c0) / steps * 1e6)
     provider.shutdown()
-    c_on, c_off, w_on, w_off = med(cpu[True]), med(cpu[False]), med(wall[True]), med(wall[False])
+    c_on, c_off, w_on, w_off = med(cpu["on"]), med(cpu["off"]), med(wall["on"]), med(wall["off"])
+    c_sdk = med(sdk)
+    c_floor = med(cpu["floor"]) if "floor" in cpu else None
     return row(
         c_on,
         "CPU us per prompt, sink on",
@@ -552,15 +660,139 @@ async def otel_cpu() -> dict[str, Any]:
         c_on / c_off <= 1.15,
         cpu_overhead_us_per_prompt=round(c_on - c_off, 1),
         cpu_overhead_pct=round((c_on / c_off - 1) * 100, 1),
+        floor_ratio=round(c_floor / c_off, 3) if c_floor is not None else None,
+        floor_cpu_us_per_prompt=round(c_floor, 1) if c_floor is not None else None,
+        sdk_alone_ratio=round((c_off + c_sdk) / c_off, 3),
+        sdk_alone_cpu_us_per_prompt=round(c_sdk, 1),
         wall_us_per_prompt_on=round(w_on, 1),
         wall_us_per_prompt_off=round(w_off, 1),
         wall_overhead_pct=round((w_on / w_off - 1) * 100, 1),
-        spans_per_prompt=round(spans / steps, 2),
+        spans_per_prompt=round(spans["on"] / steps, 2),
+        floor_spans_per_prompt=round(spans["floor"] / steps, 2) if "floor" in spans else None,
         steps_per_run=steps,
         rounds=rounds,
         note="process_time counts every thread (the sink's and the span processor's); "
-        "times run until flush_sinks and force_flush return",
+        "times run until flush_sinks and force_flush return; floor: a sink that only "
+        "starts and ends the same spans (_floor_sink); sdk_alone: the same spans made "
+        "on the run's thread with no sink at all (_span_replay)",
     )
+
+
+def _shapes(finished: Any) -> dict[str, tuple[str, Any, dict[str, Any]]]:
+    """Name, kind and every attribute of one exported span per node type."""
+    prefixes = {"chat ": "model_call", "invoke_agent ": "prompt", "step ": "step"}
+    prefixes["invoke_workflow "] = "workflow"
+    shapes: dict[str, tuple[str, Any, dict[str, Any]]] = {}
+    for span in finished:
+        for prefix, node_type in prefixes.items():
+            if span.name.startswith(prefix):
+                shapes.setdefault(node_type, (span.name, span.kind, dict(span.attributes or {})))
+    return shapes
+
+
+def _floor_sink(provider: Any, finished: Any) -> Callable[[bool], None] | None:
+    """An event sink that only mirrors nodes as spans: the floor of the OTel row.
+
+    It gets the same events on the same kind of worker thread as the OTel sink
+    and starts and ends the same spans (name, kind, every attribute in one
+    call, an OK status) under the same parents, and does nothing else.
+    Returns a switch (True: registered); ``None`` on a checkout without it.
+    """
+    from opentelemetry import trace
+    from opentelemetry.trace import Status, StatusCode
+
+    shapes, tracer, ok = _shapes(finished), provider.get_tracer("floor"), Status(StatusCode.OK)
+
+    class FloorSink:
+        def __init__(self) -> None:
+            self.spans: dict[str, Any] = {}
+            self.contexts: dict[str, Any] = {}
+
+        def handle(self, event: Any) -> None:
+            data = event.data
+            if event.kind == "node_start":
+                shape = shapes.get(data["type"])
+                if shape is None:
+                    return
+                name, kind, attributes = shape
+                span = tracer.start_span(
+                    name,
+                    context=self.contexts.get(data.get("parent_id") or ""),
+                    kind=kind,
+                    attributes={**attributes, "groundswell.node.id": data["id"]},
+                    start_time=int(data["timestamp"] * 1e9),
+                )
+                self.spans[data["id"]] = span
+                self.contexts[data["id"]] = trace.set_span_in_context(span)
+            elif event.kind == "node_end":
+                span = self.spans.pop(data["id"], None)
+                if span is not None:
+                    del self.contexts[data["id"]]
+                    span.set_status(ok)
+                    span.end()
+
+        def flush(self) -> None:
+            pass
+
+        def close(self) -> None:
+            pass
+
+    from groundswell import EventSink, hookimpl
+
+    manager = groundswell.get_plugin_manager()
+    if not hasattr(manager, "refresh_sinks"):  # an older checkout
+        return None
+    sink = EventSink(name="hotpaths-floor", factory=FloorSink, description="the OTel floor")
+    plugin = types.SimpleNamespace(register_event_sinks=hookimpl(lambda: sink))
+
+    def switch(on: bool) -> None:
+        if on:
+            manager.register(plugin, name="hotpaths-floor")
+        else:
+            manager.unregister(name="hotpaths-floor")
+        manager.refresh_sinks("hotpaths-floor")
+
+    return switch
+
+
+def _span_replay(provider: Any, finished: Any) -> Callable[[], None]:
+    """Make one prompt's spans again straight through the SDK: the floor of any sink.
+
+    The spans the sink exported for one step (the step, its prompt and model
+    call), started under the same parents with the same names, kinds and every
+    attribute in one call, given an OK status and ended into the same provider.
+    """
+    from opentelemetry import trace
+    from opentelemetry.trace import Status, StatusCode
+
+    by_id = {s.context.span_id: s for s in finished}
+    step = next(s for s in finished if s.name.startswith("step "))
+    chain = [step]
+    while True:  # the step's first child, then its first child...
+        child = next(
+            (s for s in finished if s.parent and s.parent.span_id == chain[-1].context.span_id),
+            None,
+        )
+        if child is None:
+            break
+        chain.append(child)
+    root = by_id.get(step.parent.span_id) if step.parent else None
+    tracer = provider.get_tracer("floor")
+    top = trace.set_span_in_context(trace.NonRecordingSpan(root.context if root else step.context))
+    shapes = [(s.name, s.kind, dict(s.attributes or {})) for s in chain]
+    ok = Status(StatusCode.OK)
+
+    def replay() -> None:
+        context, opened = top, []
+        for name, kind, attributes in shapes:
+            span = tracer.start_span(name, context=context, kind=kind, attributes=attributes)
+            context = trace.set_span_in_context(span)
+            opened.append(span)
+        for span in reversed(opened):
+            span.set_status(ok)
+            span.end()
+
+    return replay
 
 
 # -- 8. history sink on SQLite ---------------------------------------------------------

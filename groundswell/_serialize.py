@@ -24,6 +24,7 @@ from ._scrub import REDACTED, is_secret_key, register_secret, replace_registered
 MAX_STRING = 10_000
 MAX_ITEMS = 1_000
 MAX_DEPTH = 32
+_INF = float("inf")
 
 __all__ = [
     "error_record",
@@ -99,6 +100,9 @@ def _jsonable(value: Any, _depth: int = 0) -> Any:
             # Inline the common leaves: this runs for every payload of every node.
             if vkind is str:
                 v = _truncate(v)
+            elif vkind is float:
+                # JSON has no NaN/Infinity (a NaN fails both comparisons).
+                v = v if -_INF < v < _INF else repr(v)
             elif not (vkind is int or vkind is bool or v is None):
                 v = jsonable(v, _depth + 1)
             out[_truncate(k) if type(k) is str else str(jsonable(k, _depth + 1))] = v
@@ -110,9 +114,7 @@ def _jsonable(value: Any, _depth: int = 0) -> Any:
         return value
     if isinstance(value, float):
         # JSON has no NaN/Infinity; keep the value readable instead of failing.
-        return (
-            value if value == value and value not in (float("inf"), float("-inf")) else repr(value)
-        )
+        return value if -_INF < value < _INF else repr(value)
     if isinstance(value, str):
         return _truncate(value)
     if isinstance(value, SecretStr | SecretBytes):

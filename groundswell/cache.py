@@ -269,7 +269,37 @@ def _label(cache: Cache) -> str:
     return f"{name!r} ({detail})" if name else detail
 
 
-_inflight: dict[tuple[int, int, str], asyncio.Future[Any]] = {}
+class _Flight:
+    """A key being answered by one caller; a future only once another caller waits for it.
+
+    Most lookups have nobody waiting: a future for each (and the callback its
+    result schedules on the loop) would cost a cache hit more than its lookup.
+    """
+
+    __slots__ = ("future",)
+
+    def __init__(self) -> None:
+        self.future: asyncio.Future[Any] | None = None
+
+    def waiter(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[Any]:
+        if self.future is None:
+            self.future = loop.create_future()
+            # The caller waiting may be cancelled: mark an exception as seen so
+            # asyncio does not warn about it.
+            self.future.add_done_callback(_seen)
+        return self.future
+
+    def settle(self, value: Any = None, error: BaseException | None = None) -> None:
+        future = self.future
+        if future is None or future.done():
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(value)
+
+
+_inflight: dict[tuple[int, int, str], _Flight] = {}
 
 
 def cache_entry(encoded: Any) -> dict[str, Any]:
@@ -303,21 +333,18 @@ async def through_cache(
     slot = (id(loop), id(cache), key)
     leader = _inflight.get(slot)
     if leader is not None:  # the same request is already being answered
-        value = await asyncio.shield(leader)
+        value = await asyncio.shield(leader.waiter(loop))
         node.metrics["cache"] = "hit"
         tree.add_event(node, "cache_hit", key=key, age_s=0.0, deduplicated=True)
         return decode(value), True
     # Registered before the lookup: callers that come while it runs wait for this
     # one instead of each asking the backend (a failing one would count every
     # failure toward skipping it).
-    future: asyncio.Future[Any] = loop.create_future()
-    # Nobody may be waiting: mark any exception as seen so asyncio does not warn.
-    future.add_done_callback(_seen)
-    _inflight[slot] = future
+    flight = _inflight[slot] = _Flight()
     try:
         hit = await _lookup(cache, key, decode, tree, node)
         if hit is not None:
-            future.set_result(hit[1])
+            flight.settle(hit[1])
             return hit[0], True
         node.metrics["cache"] = "miss"
         tree.add_event(node, "cache_miss", key=key)
@@ -331,14 +358,13 @@ async def through_cache(
             await store()
         else:
             defer(store)
-        future.set_result(encoded)
+        flight.settle(encoded)
         return value, False
     except BaseException as exc:
-        if not future.done():
-            future.set_exception(exc)
+        flight.settle(error=exc)
         raise
     finally:
-        if _inflight.get(slot) is future:
+        if _inflight.get(slot) is flight:
             del _inflight[slot]
 
 

@@ -167,9 +167,9 @@ class EventTree:
         The event is ``{"type": type, "timestamp": now, **data}``; ``type`` and
         ``timestamp`` are therefore reserved and cannot be data keys.
         """
-        clash = {"type", "timestamp"} & data.keys()
-        if clash:
-            raise ValueError(f"event data cannot use the reserved key(s) {sorted(clash)}")
+        if "type" in data or "timestamp" in data:
+            clash = sorted({"type", "timestamp"} & data.keys())
+            raise ValueError(f"event data cannot use the reserved key(s) {clash}")
         event = {"type": type, "timestamp": time.time(), **jsonable(data)}
         node.events.append(event)
         if self._dispatch is not None:

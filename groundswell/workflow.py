@@ -503,7 +503,7 @@ class Workflow(Generic[P, T]):
         ctx = WorkflowContext(self, tree, node, parent_wf, engine)
         if ctx.cache is None and outer is not None and outer.workflow is not None:
             ctx.cache = outer.workflow.cache
-        token = set_frame(Frame(tree, node, ctx))
+        token = enter_frame(tree, node, ctx)
         scoped = (
             enter_budget(self.token_budget, "workflow") if self.token_budget is not None else None
         )

@@ -7,6 +7,7 @@ import asyncio
 import collections
 import datetime as dt
 import enum
+import gc
 import json
 from typing import Any
 
@@ -15,12 +16,13 @@ import pytest
 from groundswell_lru import LRUCache
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import BaseModel
 
-from groundswell import Agent
+from groundswell import Agent, Prompt
 from groundswell._canonical import canonical_bytes, canonical_json, canonicalize
 from groundswell.cache import request_cache_key, through_cache
 from groundswell.cache_guard import Deadline, within
-from groundswell.testing import FakeAnthropicAPI, text
+from groundswell.testing import FakeAnthropicAPI, json_reply, text
 from groundswell.tree import EventTree
 
 json_values = st.recursive(
@@ -235,3 +237,74 @@ class Precise(float):
 def test_a_float_subclass_keys_as_the_float_it_equals() -> None:
     plain = request_cache_key("judge", {"extra_body": {"top_p": 1e-05}})
     assert request_cache_key("judge", {"extra_body": {"top_p": Precise(1e-05)}}) == plain
+
+
+async def test_a_hit_nobody_waits_for_leaves_nothing_on_the_event_loop() -> None:
+    # A loop that never yields (every hit answered from memory) must not pile up
+    # callbacks: each used to schedule one, held until the loop ran again.
+    fake = FakeAnthropicAPI(lambda request: text("once"))
+    agent = Agent(name="quiet", client=fake.client(), cache=LRUCache())
+    await agent.prompt("same")
+
+    def handles() -> int:
+        return sum(isinstance(o, asyncio.Handle) for o in gc.get_objects())
+
+    before = handles()
+    for _ in range(500):
+        assert await agent.prompt("same") == "once"
+    assert handles() - before < 10 and len(fake.requests) == 1
+
+
+async def test_a_waiter_cancelled_while_its_leader_fails_warns_about_nothing(
+    recwarn: pytest.WarningsRecorder, caplog: pytest.LogCaptureFixture
+) -> None:
+    cache = SuspendingCache()
+    tree = EventTree()
+    root = tree.start_node("workflow", "w")
+    release, started = asyncio.Event(), asyncio.Event()
+
+    async def produce() -> str:
+        started.set()
+        await release.wait()
+        raise ConnectionError("model gone")
+
+    async def ask() -> tuple[str, bool]:
+        node = tree.start_node("prompt", "q", root)
+        return await through_cache(
+            cache, "ns:k", produce, encode=str, decode=str, tree=tree, node=node
+        )
+
+    leader = asyncio.create_task(ask())
+    await started.wait()
+    waiter = asyncio.create_task(ask())
+    for _ in range(3):
+        await asyncio.sleep(0)
+    waiter.cancel()
+    release.set()
+    with pytest.raises(ConnectionError):
+        await leader
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    gc.collect()
+    await asyncio.sleep(0)
+    assert "never retrieved" not in caplog.text
+    assert not [w for w in recwarn if "never retrieved" in str(w.message)]
+
+
+class Reading(BaseModel):
+    value: float
+    count: int
+    label: str
+    points: list[float]
+
+
+async def test_a_cached_answer_reads_back_as_the_model_first_gave_it() -> None:
+    answer = {"value": 1e308, "count": 2**70, "label": 'é \u2028 "q"', "points": [0.1, -0.0]}
+    fake = FakeAnthropicAPI(lambda request: json_reply(answer))
+    agent = Agent(name="reads", client=fake.client(), cache=LRUCache())
+    prompt = Prompt(user="measure", response_format=Reading)
+    miss = await agent.run(prompt)
+    hit = await agent.run(prompt)
+    assert hit.node.metrics["cache"] == "hit" and len(fake.requests) == 1
+    assert hit.output == miss.output == Reading(**answer)
+    assert hit.output is not miss.output  # each hit validates a fresh answer

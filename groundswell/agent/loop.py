@@ -24,7 +24,7 @@ from ..errors import (
     ToolError,
 )
 from ..model import api_error, call_model, is_retryable_stream_error
-from ..run_context import Frame, current_frame, reset_frame, set_frame
+from ..run_context import Frame, current_frame, enter_frame, reset_frame, set_frame
 from ..tools import ToolContext, ToolFailed, tool_error_text, tool_result_content
 from ..tree import NodeStatus, NodeType
 from .middleware import Layer, Layers
@@ -154,7 +154,7 @@ async def _attempt(run: PromptRun, layers: Layers) -> PromptResult[Any]:
         metrics["attempt"] = run.attempt
     run.begin_attempt(node)
     usage = run.usage
-    token = set_frame(Frame(tree, node, run.workflow, agent=agent))
+    token = enter_frame(tree, node, run.workflow, agent)
     try:
         user = prompt.render()
         if run.retry_note:
@@ -427,7 +427,7 @@ async def tool_call(run: PromptRun, layers: Layers, block: dict[str, Any]) -> di
     if toolset is not None:
         payload["toolset"] = toolset
     node = tree.start_node(kind, name, run.node, payload=payload)
-    token = set_frame(Frame(tree, node, run.workflow, agent=run.agent))
+    token = enter_frame(tree, node, run.workflow, run.agent)
     run.emit(StreamEvent("tool_call", tool_call={"id": call_id, "name": name, "input": tool_input}))
     call = ToolCall(name=name, input=tool_input, id=call_id, node=node, tool=handler)
     error: BaseException | None = None
