@@ -13,7 +13,7 @@ import contextlib
 import inspect
 import os
 import weakref
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, Generic, TypeAlias, TypeVar, overload
 
 import anthropic
@@ -35,7 +35,7 @@ from ..settings_check import check_flag, check_settings
 from ..tools import DepsT, check_cache_policy, check_skills, check_timeout, check_tools
 from .checks import NO_LOOP, check_options, deps_check, deps_error, make_client, overrides_error
 from .loop import run_prompt
-from .middleware import Layer, default_layers, layers_for, merge, resolve
+from .middleware import Layer, Layers, default_layers, layers_for, merge, resolve
 from .overrides import Forced, check, check_client, forced_for, override_agent
 from .overrides import merge as merge_overrides
 from .run import PromptResult, PromptRun, StreamEvent, check_history
@@ -502,14 +502,15 @@ class Agent(Generic[DepsT]):
             return known[1]
         return merge(resolve(overrides.middleware, "PromptOverrides"), known[1])
 
-    async def _execute(
+    def _execute(
         self,
         prompt: Prompt[Any],
         overrides: PromptOverrides,
         emit: Callable[[StreamEvent], None] | None,
         history: tuple[dict[str, Any], ...] = (),
         deps: Any = None,
-    ) -> PromptResult[Any]:
+    ) -> Awaitable[PromptResult[Any]]:
+        """What awaiting runs the prompt: without history, the pipeline's own coroutine."""
         forced: Forced | None = forced_for(self)
         if forced is not None and forced.settings is not None:
             overrides = merge_overrides(overrides, forced.settings)
@@ -530,14 +531,12 @@ class Agent(Generic[DepsT]):
             history=history,
             deps=deps,
         )
+        layers = layers_for(run, self._candidates(overrides))
         if not history:
-            return await run_prompt(run, layers_for(run, self._candidates(overrides)))
+            return run_prompt(run, layers)
         # How many, never what: the messages themselves stay out of the tree.
         run.payload["message_history"] = len(history)
-        result = await run_prompt(run, layers_for(run, self._candidates(overrides)))
-        # The conversation as last sent (a budget may have dropped some of it), then this prompt's.
-        result.messages = [*run.history, *result.messages]
-        return result
+        return _with_history(run, layers)
 
     async def __aenter__(self) -> Agent[DepsT]:
         """``async with agent:`` keeps its local MCP servers running for the prompts inside.
@@ -557,6 +556,13 @@ class Agent(Generic[DepsT]):
 
     def __repr__(self) -> str:
         return f"Agent({self.name!r}, model={self.config['model']!r})"
+
+
+async def _with_history(run: PromptRun, layers: Layers) -> PromptResult[Any]:
+    result = await run_prompt(run, layers)
+    # The conversation as last sent (a budget may have dropped some of it), then this prompt's.
+    result.messages = [*run.history, *result.messages]
+    return result
 
 
 _OWN_PARAMETERS = frozenset(inspect.signature(Agent.__init__).parameters) - {"self", "options"}
