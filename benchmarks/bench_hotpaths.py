@@ -247,21 +247,38 @@ async def concurrent_1000() -> dict[str, Any]:
     async def prompts_batch() -> None:
         await asyncio.gather(*(agent.prompt("ping") for _ in range(n)))
 
+    try:  # private: guarded (an older checkout scrubs through jsonable alone)
+        from groundswell._serialize import jsonable as scrub
+    except ImportError:
+        scrub = groundswell.redact
+
     async def floor_one() -> str:
         # The tree a run leaves (workflow, step, prompt and model-call nodes with
-        # their payloads and outputs) built by hand around a raw call: the least
-        # any run recorded this way costs.
+        # the payloads, metrics and outputs the framework records) built by hand
+        # around a raw call: the least any run recorded this way costs. Left out:
+        # frames, the middleware checks, settings and the result objects.
         tree = groundswell.EventTree()
-        run = tree.start_node("workflow", "one-prompt", trusted=True)
-        step = tree.start_node("step", "ask", run, trusted=True)
-        asked = {"agent": "bench", "model": MODEL, "user": "ping"}
-        prompt = tree.start_node("prompt", "bench", step, payload=asked, trusted=True)
-        sent = {"request": {"model": MODEL, "max_tokens": 16, "messages": 1}}
-        call = tree.start_node("model_call", MODEL, prompt, payload=sent, trusted=True)
+        run = tree.start_node("workflow", "one-prompt")
+        step = tree.start_node("step", "ask", run)
+        asked = {"agent": "bench", "model": MODEL, "user": "ping", "response_format": None}
+        prompt = tree.start_node("prompt", "bench", step, payload=scrub(asked), trusted=True)
+        sent = {"model": MODEL, "max_tokens": 16, "messages": 1, "tools": [], "stream": False}
+        call = tree.start_node("model_call", MODEL, prompt, payload={"request": sent}, trusted=True)
         message = await raw_call(client)
         answer = message.content[0].text
-        call.payload["response"] = {"id": message.id, "stop_reason": message.stop_reason}
+        usage = {"input_tokens": message.usage.input_tokens}
+        usage["output_tokens"] = message.usage.output_tokens
+        call.metrics["usage"], call.metrics["attempt"] = dict(usage), 1
+        call.payload["response"] = {
+            "id": message.id,
+            "model": message.model,
+            "stop_reason": message.stop_reason,
+            "text": scrub(answer),
+            "tool_calls": [],
+            "content": [{"type": "text", "text": scrub(answer)}],
+        }
         tree.end_node(call, "completed")
+        prompt.metrics["usage"], prompt.metrics["turns"] = usage, 1
         for node in (prompt, step, run):
             tree.end_node(node, "completed", output=answer, record_output=True)
         return str(answer)
@@ -384,33 +401,55 @@ async def cache_hit() -> dict[str, Any]:
 async def _hit_floor(agent: Any, prompt: Any, cache: Any) -> Callable[[], Any] | None:
     """The least a cache hit must do, by hand, with nothing else of a prompt around it.
 
-    Build the request and its key, read the entry, validate a fresh answer, and
-    record it as a prompt node with its ``cache_hit`` event. ``None`` when this
-    checkout's helpers differ (an older baseline).
+    Record a prompt node (its payload scrubbed field by field, as the framework
+    does), build the request and its key,
+    read the entry through the backend's guard (the deadline and breaker every
+    backend call has), validate a fresh answer, record the ``cache_hit`` event,
+    the node's metrics and output, and give the conversation the hit returns.
+    Left out: the frame, the middleware checks, the settings merge and the
+    in-flight dedupe. ``None`` when this checkout's helpers differ (an older
+    baseline).
     """
     try:
+        import functools
+
         from groundswell import EventTree
+        from groundswell._serialize import jsonable, jsonable_text  # private: guarded
         from groundswell.cache import request_cache_key
+        from groundswell.cache_guard import guard_for
         from groundswell.model import build_request
 
         fmt, settings = prompt.output_type, dict(agent.config)
-        payload = {"agent": agent.name, "user": prompt.user, "data": prompt.data}
+        guard = guard_for(cache, lambda c: type(c).__name__)
 
         async def floor() -> Any:
             tree = EventTree()
-            node = tree.start_node("prompt", agent.name, payload=payload, trusted=True)
+            asked = {
+                "agent": jsonable_text(agent.name),
+                "model": jsonable_text(settings["model"]),
+                "user": jsonable_text(prompt.user),
+                "response_format": jsonable_text(fmt.name),
+                "data": jsonable(prompt.data, 1),
+            }
+            node = tree.start_node("prompt", agent.name, payload=asked, trusted=True)
             messages = [{"role": "user", "content": prompt.render()}]
             request = build_request(
                 settings, messages, tools=[], system=None, response_format=prompt.response_format
             )
             key = request_cache_key(agent.name, request)
-            value = (await cache.get(key))["value"]
+            entry = await guard.call("get", functools.partial(cache.get, key), guard.timeout_s)
+            value = entry["value"]
             output = fmt.load(value.get("answer", value))
-            tree.add_event(node, "cache_hit", key=key, age_s=0.0)
+            age = max(0.0, time.time() - float(entry.get("stored_at", 0.0)))
+            node.metrics["cache"] = "hit"
+            tree.add_event(node, "cache_hit", key=key, age_s=round(age, 3))
+            messages.append({"role": "assistant", "content": value.get("reply")})
+            node.metrics["usage"], node.metrics["turns"] = {}, 0
             tree.end_node(node, "completed", output=output, record_output=True)
-            return output
+            return output, messages
 
-        assert await floor() == await agent.prompt(prompt)
+        found, _ = await floor()
+        assert found == await agent.prompt(prompt)
     except Exception as exc:  # a baseline without these helpers
         print(f"cache_hit: no floor on this checkout ({type(exc).__name__}: {exc})")
         return None

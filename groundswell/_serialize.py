@@ -114,7 +114,10 @@ def _jsonable(value: Any, _depth: int = 0) -> Any:
         return value
     if isinstance(value, float):
         # JSON has no NaN/Infinity; keep the value readable instead of failing.
-        return value if -_INF < value < _INF else repr(value)
+        # (Equality, not order: a float subclass may define only that.)
+        return (
+            value if value == value and value not in (float("inf"), float("-inf")) else repr(value)
+        )
     if isinstance(value, str):
         return _truncate(value)
     if isinstance(value, SecretStr | SecretBytes):

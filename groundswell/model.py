@@ -22,7 +22,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, create_model
-from pydantic_core import to_json
 
 from .errors import ConfigurationError, ModelAPIError, ResponseValidationError
 
@@ -359,9 +358,7 @@ class OutputType:
     def load(self, data: Any) -> Any:
         """A value back from `dump`'s data, validated again."""
         # Through JSON, the form `dump` made: a strict model accepts its own dump back.
-        # pydantic's encoder writes what json.dumps would (NaN and Infinity as such),
-        # in a fifth of the time.
-        return self.value.validate_json(to_json(data, inf_nan_mode="constants"))
+        return self.value.validate_json(json.dumps(data))
 
     def text(self, value: Any) -> str:
         """``value`` as text to search: compact JSON, a string value as itself."""

@@ -20,6 +20,7 @@ import pytest
 
 import groundswell
 from groundswell import EventNode, EventTree, NodeStatus, NodeType, WorkflowContext, workflow
+from groundswell._serialize import jsonable
 from groundswell.node import new_node
 from groundswell.run_context import Frame, current_frame, enter_frame, reset_frame
 
@@ -230,3 +231,29 @@ async def test_concurrent_steps_each_mount_under_their_own_step() -> None:
     for i in range(5):
         (outer,) = result.tree.find(name=f"outer-{i}")
         assert [c.name for c in outer.children] == [f"inner-{i}"]
+
+
+class Odd(float):
+    """A float subclass whose equality says yes to everything."""
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    __hash__ = float.__hash__
+
+
+@pytest.mark.parametrize(
+    ("value", "recorded"),
+    [
+        (1.5, 1.5),
+        (-0.0, -0.0),
+        (float("nan"), "nan"),
+        (float("inf"), "inf"),
+        (float("-inf"), "-inf"),
+        (Odd(1.5), "1.5"),  # as `jsonable` always read it: by equality
+    ],
+)
+def test_floats_are_recorded_alike_in_a_payload_and_alone(value: Any, recorded: Any) -> None:
+    assert repr(jsonable(value)) == repr(recorded)
+    assert repr(jsonable({"x": value})["x"]) == repr(recorded)
+    assert repr(jsonable([value])[0]) == repr(recorded)

@@ -799,3 +799,21 @@ async def test_tool_result_caching_still_works_around_a_tool_changing_middleware
     assert result.output == "2.1 million" and runs == ["Paris"]
     first, second = (r.tool_results()[-1]["content"] for r in fake.requests[1:])
     assert first == second == "Paris: 2.1 million (checked by mwdemo)"
+
+
+async def test_active_sees_the_payload_a_continued_conversation_gives_the_prompt() -> None:
+    seen: list[dict[str, Any]] = []
+
+    class Watch(Middleware):
+        name = "watch"
+
+        def active(self, run: PromptRun) -> bool:
+            seen.append(dict(run.payload))
+            return False
+
+    fake = FakeAnthropicAPI(lambda request: text("ok"))
+    agent = Agent(name="chat", client=fake.client(), middleware=[Watch()])
+    first = await agent.run("Hello")
+    second = await agent.run("Again", message_history=first.messages)
+    assert seen == [{}, {"message_history": 2}]
+    assert second.node.payload["message_history"] == 2

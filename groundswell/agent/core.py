@@ -531,12 +531,12 @@ class Agent(Generic[DepsT]):
             history=history,
             deps=deps,
         )
-        layers = layers_for(run, self._candidates(overrides))
         if not history:
-            return run_prompt(run, layers)
-        # How many, never what: the messages themselves stay out of the tree.
+            return run_prompt(run, layers_for(run, self._candidates(overrides)))
+        # How many, never what: the messages themselves stay out of the tree (set
+        # before the layers are chosen: a middleware's active() may read it).
         run.payload["message_history"] = len(history)
-        return _with_history(run, layers)
+        return _with_history(run, layers_for(run, self._candidates(overrides)))
 
     async def __aenter__(self) -> Agent[DepsT]:
         """``async with agent:`` keeps its local MCP servers running for the prompts inside.
