@@ -28,9 +28,11 @@ Three rows also measure their floor in the same run, to show how far a goal is f
 what any implementation of the same behaviour costs:
 
 - ``concurrent_1000``: ``tree_floor_ratio``, the run's four nodes (workflow, step, prompt,
-  model call, with payloads and outputs) built by hand around each raw call;
-- ``cache_hit``: ``floor_us``, the least a hit must do, by hand: build the request and its
-  key, read the entry, validate a fresh answer, record a prompt node and its event;
+  model call, with the payloads, metrics and outputs the framework records, scrubbed
+  as it scrubs them) built by hand around each raw call;
+- ``cache_hit``: ``floor_us``, the least a hit must do, by hand: record a prompt node,
+  build the request and its key, read the entry through the backend's guard, validate
+  a fresh answer, record the ``cache_hit`` event, metrics and output;
 - ``otel_cpu``: ``floor_ratio``, an event sink that only starts and ends the same spans
   through the SDK on the sink's thread (``sdk_alone_ratio``: the same spans made on the
   run's own thread, with no sink and no second thread at all).
