@@ -180,33 +180,39 @@ async def test_concurrent_callers_meet_a_failing_backend_once() -> None:
     assert cache.metrics()["size"] == 1
 
 
-async def test_a_failed_leader_fails_the_callers_waiting_on_it_and_is_not_stored() -> None:
-    cache = SuspendingCache()
-    tree = EventTree()
-    root = tree.start_node("workflow", "w")
-    release, started = asyncio.Event(), asyncio.Event()
-    produced: list[int] = []
+class FailingLeader:
+    """Callers of one key through `through_cache`; the first to produce fails once released."""
 
-    async def produce() -> str:
-        produced.append(1)
-        started.set()
-        await release.wait()
+    def __init__(self) -> None:
+        self.cache = SuspendingCache()
+        self.tree = EventTree()
+        self.root = self.tree.start_node("workflow", "w")
+        self.release, self.started = asyncio.Event(), asyncio.Event()
+        self.produced = 0
+
+    async def produce(self) -> str:
+        self.produced += 1
+        self.started.set()
+        await self.release.wait()
         raise ConnectionError("model gone")
 
-    async def ask() -> tuple[str, bool]:
-        node = tree.start_node("prompt", "q", root)
+    async def ask(self) -> tuple[str, bool]:
+        node = self.tree.start_node("prompt", "q", self.root)
         return await through_cache(
-            cache, "ns:k", produce, encode=str, decode=str, tree=tree, node=node
+            self.cache, "ns:k", self.produce, encode=str, decode=str, tree=self.tree, node=node
         )
 
-    tasks = [asyncio.create_task(ask()) for _ in range(3)]
-    await started.wait()
+
+async def test_a_failed_leader_fails_the_callers_waiting_on_it_and_is_not_stored() -> None:
+    calls = FailingLeader()
+    tasks = [asyncio.create_task(calls.ask()) for _ in range(3)]
+    await calls.started.wait()
     for _ in range(3):  # the others' lookups come back, and find the leader
         await asyncio.sleep(0)
-    release.set()
+    calls.release.set()
     results = await asyncio.gather(*tasks, return_exceptions=True)
-    assert produced == [1] and all(isinstance(r, ConnectionError) for r in results)
-    assert await cache.get("ns:k") is None
+    assert calls.produced == 1 and all(isinstance(r, ConnectionError) for r in results)
+    assert await calls.cache.get("ns:k") is None
 
 
 async def test_no_timer_for_a_call_that_answers_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -258,29 +264,14 @@ async def test_a_hit_nobody_waits_for_leaves_nothing_on_the_event_loop() -> None
 async def test_a_waiter_cancelled_while_its_leader_fails_warns_about_nothing(
     recwarn: pytest.WarningsRecorder, caplog: pytest.LogCaptureFixture
 ) -> None:
-    cache = SuspendingCache()
-    tree = EventTree()
-    root = tree.start_node("workflow", "w")
-    release, started = asyncio.Event(), asyncio.Event()
-
-    async def produce() -> str:
-        started.set()
-        await release.wait()
-        raise ConnectionError("model gone")
-
-    async def ask() -> tuple[str, bool]:
-        node = tree.start_node("prompt", "q", root)
-        return await through_cache(
-            cache, "ns:k", produce, encode=str, decode=str, tree=tree, node=node
-        )
-
-    leader = asyncio.create_task(ask())
-    await started.wait()
-    waiter = asyncio.create_task(ask())
+    calls = FailingLeader()
+    leader = asyncio.create_task(calls.ask())
+    await calls.started.wait()
+    waiter = asyncio.create_task(calls.ask())
     for _ in range(3):
         await asyncio.sleep(0)
     waiter.cancel()
-    release.set()
+    calls.release.set()
     with pytest.raises(ConnectionError):
         await leader
     with pytest.raises(asyncio.CancelledError):
