@@ -186,12 +186,13 @@ class Prompt(Generic[T]):
 
         ``agent.prompt("...")`` makes one per call; this is its fast path.
         """
-        if not user.strip():
+        if not user or user.isspace():  # `not user.strip()`, without a copy of the text
             raise ConfigurationError(f"Prompt.user must be a non-empty string, got {user!r:.60}")
-        made: Prompt[str] = object.__new__(Prompt)
-        fields = dict(_BLANK.__dict__)
+        made: Prompt[str] = _new(Prompt)
+        fields = _BLANK.__dict__.copy()
         fields["user"] = fields["_rendered"] = user  # no data: the user turn is the text
-        made.__dict__.update(fields)
+        # The whole dict at once (frozen: through object's setter), not key by key.
+        _set_attribute(made, "__dict__", fields)
         return made
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -337,6 +338,8 @@ def _wins(prompt: Prompt[Any]) -> tuple[tuple[str, Any], ...]:
 
 # Every field at its default, checked once: what `Prompt.of_text` copies.
 _BLANK: Prompt[str] = Prompt(user="-")
+_new = object.__new__
+_set_attribute = object.__setattr__
 
 
 @dataclass(frozen=True, kw_only=True)

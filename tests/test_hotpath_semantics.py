@@ -1,4 +1,4 @@
-"""What the step and node fast paths must keep: the same nodes, ids, payloads and bodies.
+"""What the fast paths of steps, nodes and text prompts must keep: what the slow paths give.
 
 A step's node is built by ``new_node`` (not ``EventNode(...)``), keeps its output and
 duration out of dicts until they are read, gets its id from a seeded generator, and a
@@ -23,6 +23,7 @@ from groundswell import EventNode, EventTree, NodeStatus, NodeType, WorkflowCont
 from groundswell._serialize import jsonable
 from groundswell.node import new_node
 from groundswell.run_context import Frame, current_frame, enter_frame, reset_frame
+from groundswell.testing import FakeAnthropicAPI
 
 ID = re.compile(r"[0-9a-f]{16}")
 
@@ -257,3 +258,22 @@ def test_floats_are_recorded_alike_in_a_payload_and_alone(value: Any, recorded: 
     assert repr(jsonable(value)) == repr(recorded)
     assert repr(jsonable({"x": value})["x"]) == repr(recorded)
     assert repr(jsonable([value])[0]) == repr(recorded)
+
+
+@pytest.mark.parametrize("text", ["ping", "  padded\n", "naïve ünïcode", "x" * 5_000])
+def test_a_text_prompt_is_the_prompt_its_fields_make(text: str) -> None:
+    # agent.prompt("...") builds its Prompt through Prompt.of_text, not the constructor.
+    fast, slow = groundswell.Prompt.of_text(text), groundswell.Prompt(user=text)
+    assert fast == slow and vars(fast) == vars(slow)
+    assert fast.render() == text and pickle.loads(pickle.dumps(fast)) == slow
+
+
+@pytest.mark.parametrize("blank", ["", " ", "\n\t", "\u3000\u2003"])
+async def test_a_blank_text_prompt_is_refused_like_a_blank_prompt(blank: str) -> None:
+    with pytest.raises(groundswell.ConfigurationError, match=r"Prompt\.user must be a non-empty"):
+        groundswell.Prompt(user=blank)
+    fake = FakeAnthropicAPI()
+    agent = groundswell.Agent(name="a", client=fake.client())
+    with pytest.raises(groundswell.ConfigurationError, match=r"Prompt\.user must be a non-empty"):
+        await agent.prompt(blank)
+    assert fake.requests == []
