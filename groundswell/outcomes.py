@@ -16,7 +16,7 @@ from ._serialize import error_record
 from .errors import StepTimeout, WorkflowError
 from .tree import EventNode, EventTree, NodeStatus
 
-__all__ = ["WorkflowResult"]
+__all__ = ["WorkflowResult", "completed_result"]
 
 T = TypeVar("T")
 
@@ -57,6 +57,38 @@ class WorkflowResult(Generic[T]):
         # failed node in the tree records it.
         tree = self.tree.to_json(start=self.node.id)
         return (restore_result, (self.output, self.status.value, tree, self.duration, self.state))
+
+
+# A frozen dataclass's __init__ sets each field through object.__setattr__; the
+# slots' own setters do the same for a fraction of that (every run makes a result).
+_new_result = object.__new__
+(
+    _set_output,
+    _set_status,
+    _set_tree,
+    _set_node,
+    _set_duration,
+    _set_state,
+    _set_error,
+) = (
+    vars(WorkflowResult)[name].__set__
+    for name in ("output", "status", "tree", "node", "duration", "state", "error")
+)
+
+
+def completed_result(
+    output: Any, tree: EventTree, node: EventNode, duration: float, state: dict[str, Any]
+) -> WorkflowResult[Any]:
+    """``WorkflowResult(output, NodeStatus.COMPLETED, tree, node, duration, state)``, for less."""
+    result: WorkflowResult[Any] = _new_result(WorkflowResult)
+    _set_output(result, output)
+    _set_status(result, NodeStatus.COMPLETED)
+    _set_tree(result, tree)
+    _set_node(result, node)
+    _set_duration(result, duration)
+    _set_state(result, state)
+    _set_error(result, None)
+    return result
 
 
 def restore_result(

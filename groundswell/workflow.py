@@ -33,6 +33,7 @@ from .execution import (
 )
 from .outcomes import (
     WorkflowResult,
+    completed_result,
     end_failed,
     note_detached,
     restore_result,
@@ -536,14 +537,7 @@ class Workflow(Generic[P, T]):
                 leave_budget(scoped)
         self._record_state(node, ctx)
         tree.end_node(node, NodeStatus.COMPLETED, output=output, record_output=True)
-        return WorkflowResult(
-            output=output,
-            status=NodeStatus.COMPLETED,
-            tree=tree,
-            node=node,
-            duration=time.perf_counter() - started,
-            state=ctx.state,
-        )
+        return completed_result(output, tree, node, time.perf_counter() - started, ctx.state)
 
     def input_schema(self) -> dict[str, Any]:
         """The JSON schema of the workflow's arguments (after ``ctx``), from its signature."""

@@ -23,7 +23,7 @@ from groundswell import EventNode, EventTree, NodeStatus, NodeType, WorkflowCont
 from groundswell._serialize import jsonable
 from groundswell.node import new_node
 from groundswell.run_context import Frame, current_frame, enter_frame, reset_frame
-from groundswell.testing import FakeAnthropicAPI
+from groundswell.testing import FakeAnthropicAPI, text
 
 ID = re.compile(r"[0-9a-f]{16}")
 
@@ -277,3 +277,47 @@ async def test_a_blank_text_prompt_is_refused_like_a_blank_prompt(blank: str) ->
     with pytest.raises(groundswell.ConfigurationError, match=r"Prompt\.user must be a non-empty"):
         await agent.prompt(blank)
     assert fake.requests == []
+
+
+async def test_a_run_result_is_the_result_the_constructor_makes() -> None:
+    @workflow(name="w")
+    async def flow(ctx: WorkflowContext) -> dict[str, int]:
+        ctx.state["n"] = 1
+        return {"a": 1}
+
+    result = await flow.run()
+    made = groundswell.WorkflowResult(
+        output={"a": 1},
+        status=NodeStatus.COMPLETED,
+        tree=result.tree,
+        node=result.node,
+        duration=result.duration,
+        state={"n": 1},
+    )
+    assert result == made and repr(result) == repr(made) and result.error is None
+    assert pickle.loads(pickle.dumps(result)).output == {"a": 1}
+
+
+class _Counting(groundswell.Agent):
+    calls = 0
+
+    async def run(self, *args: Any, **kwargs: Any) -> Any:
+        type(self).calls += 1
+        return await super().run(*args, **kwargs)
+
+
+async def test_agent_prompt_goes_through_an_overridden_or_patched_run() -> None:
+    # agent.prompt skips Agent.run's own coroutine, but never one put in its place.
+    fake = FakeAnthropicAPI(lambda request: text("ok"))
+    agent = _Counting(name="a", client=fake.client())
+    assert await agent.prompt("hi") == "ok" and _Counting.calls == 1
+    plain = groundswell.Agent(name="b", client=fake.client())
+    seen: list[str] = []
+    original = plain.run
+
+    async def patched(*args: Any, **kwargs: Any) -> Any:
+        seen.append("run")
+        return await original(*args, **kwargs)
+
+    plain.run = patched  # type: ignore[method-assign]
+    assert await plain.prompt("hi") == "ok" and seen == ["run"]

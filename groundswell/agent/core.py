@@ -327,8 +327,15 @@ class Agent(Generic[DepsT]):
         Raises `ModelAPIError`, `ResponseValidationError`,
         `MaxTurnsExceeded`, `ConfigurationError`.
         """
-        # Through `run`, so a subclass that overrides it sees every prompt too.
-        result = await self.run(prompt, overrides, message_history=message_history, deps=deps)
+        if self.__class__.run is not _AGENT_RUN or "run" in self.__dict__:
+            # Through `run`, so a subclass (or a patch) that overrides it sees every prompt.
+            result = await self.run(prompt, overrides, message_history=message_history, deps=deps)
+            return result.output
+        # `Agent.run` itself: its body here, one coroutine fewer per prompt.
+        history = self._check_call(message_history, deps)
+        result = await self._execute(
+            _as_prompt(prompt), self._overrides(overrides), None, history, deps
+        )
         return result.output
 
     @overload
@@ -565,6 +572,7 @@ async def _with_history(run: PromptRun, layers: Layers) -> PromptResult[Any]:
     return result
 
 
+_AGENT_RUN = Agent.run
 _OWN_PARAMETERS = frozenset(inspect.signature(Agent.__init__).parameters) - {"self", "options"}
 
 
