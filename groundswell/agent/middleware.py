@@ -136,6 +136,8 @@ _chains: dict[tuple[Layer, ...], Layers] = {}
 
 
 def _split(layers: Sequence[Layer]) -> Layers:
+    if not layers:  # the usual prompt: no middleware takes part
+        return _NONE
     key = tuple(layers)
     known = _chains.get(key)
     if known is not None:
@@ -156,6 +158,9 @@ def _split(layers: Sequence[Layer]) -> Layers:
         _chains.clear()
     _chains[key] = made
     return made
+
+
+_NONE = Layers((), (), (), (), ())
 
 
 # -- resolving names and instances -------------------------------------------------
