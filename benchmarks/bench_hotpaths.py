@@ -29,10 +29,14 @@ what any implementation of the same behaviour costs:
 
 - ``prompt_in_step``: ``tree_floor_overhead_us``, the step's three nodes (step, prompt,
   model call, recorded as ``concurrent_1000``'s are) built by hand around a raw call, in
-  rounds of their own, paired call by call as ``overhead_us_paired_median`` is;
+  rounds of their own, paired call by call as ``overhead_us_paired_median`` is; and
+  ``contract_floor_overhead_us``, the same step and prompt as ``contract_run`` makes them;
 - ``concurrent_1000``: ``tree_floor_ratio``, the run's four nodes (workflow, step, prompt,
   model call, with the payloads, metrics and outputs the framework records, scrubbed
-  as it scrubs them) built by hand around each raw call;
+  as it scrubs them) built by hand around each raw call; ``contract_floor_ratio``, the
+  same with what the design asks of every run and prompt on top (``contract_run``:
+  context frames, the user's coroutines, the prompt's settings, ``PromptRun`` and
+  middleware selection, its request built from its settings, a result object);
 - ``cache_hit``: ``floor_us``, the least a hit must do, by hand: record a prompt node,
   build the request and its key, read the entry through the backend's guard, validate
   a fresh answer, record the ``cache_hit`` event, metrics and output;
@@ -150,30 +154,122 @@ async def floor_nodes(tree: Any, parent: Any, client: Any) -> str:
     out: frames, the middleware checks, settings and the result objects.
     """
     step = tree.start_node(NodeType.STEP, "ask", parent)
+    sent = {"model": MODEL, "max_tokens": 16, "messages": MESSAGES}
+    answer = await _prompt_nodes(tree, step, client.messages.create, sent)
+    tree.end_node(step, DONE, output=answer, record_output=True)
+    return answer
+
+
+async def _prompt_nodes(
+    tree: Any, parent: Any, create: Any, request: dict[str, Any], frame: Any = None
+) -> str:
+    """The prompt and model-call nodes around ``await create(**request)``.
+
+    With ``frame`` (``(enter_frame, reset_frame, workflow, agent)``), the prompt node's
+    context frame is set around the call, as a prompt's is.
+    """
     asked = {"agent": "bench", "model": MODEL, "user": "ping", "response_format": None}
-    prompt = tree.start_node(NodeType.PROMPT, "bench", step, payload=_scrub(asked), trusted=True)
-    sent = {"model": MODEL, "max_tokens": 16, "messages": 1, "tools": [], "stream": False}
-    call = tree.start_node(
-        NodeType.MODEL_CALL, MODEL, prompt, payload={"request": sent}, trusted=True
-    )
-    message = await raw_call(client)
-    answer = message.content[0].text
-    usage = {"input_tokens": message.usage.input_tokens}
-    usage["output_tokens"] = message.usage.output_tokens
-    call.metrics["usage"], call.metrics["attempt"] = dict(usage), 1
-    call.payload["response"] = {
-        "id": message.id,
-        "model": message.model,
-        "stop_reason": message.stop_reason,
-        "text": _scrub(answer),
-        "tool_calls": [],
-        "content": [{"type": "text", "text": _scrub(answer)}],
-    }
-    tree.end_node(call, DONE)
+    prompt = tree.start_node(NodeType.PROMPT, "bench", parent, payload=_scrub(asked), trusted=True)
+    token = frame[0](tree, prompt, frame[2], frame[3]) if frame is not None else None
+    try:
+        sent = {"model": MODEL, "max_tokens": 16, "messages": 1, "tools": [], "stream": False}
+        call = tree.start_node(
+            NodeType.MODEL_CALL, MODEL, prompt, payload={"request": sent}, trusted=True
+        )
+        message = await create(**request)
+        answer = message.content[0].text
+        usage = {"input_tokens": message.usage.input_tokens}
+        usage["output_tokens"] = message.usage.output_tokens
+        call.metrics["usage"], call.metrics["attempt"] = dict(usage), 1
+        call.payload["response"] = {
+            "id": message.id,
+            "model": message.model,
+            "stop_reason": message.stop_reason,
+            "text": _scrub(answer),
+            "tool_calls": [],
+            "content": [{"type": "text", "text": _scrub(answer)}],
+        }
+        tree.end_node(call, DONE)
+    finally:
+        if token is not None:
+            frame[1](token)
     prompt.metrics["usage"], prompt.metrics["turns"] = usage, 1
-    for node in (prompt, step):
-        tree.end_node(node, DONE, output=answer, record_output=True)
+    tree.end_node(prompt, DONE, output=answer, record_output=True)
     return str(answer)
+
+
+def contract_run(agent: Any) -> Any:
+    """A run's floor with what the design asks of every run and prompt on top of its nodes.
+
+    Each node gets its context frame (so whatever starts inside mounts under it); the
+    user's workflow and step coroutines run; the prompt gets its settings layered,
+    its `PromptRun` and its middleware chosen (the kernel's own, as a prompt does:
+    DESIGN section 6), its request built from the settings and sent; the run returns
+    a result object. Left out: everything else the kernel does (checks, scopes,
+    engines, validation, usage sums, the result dataclasses).
+
+    Calling the returned object runs it; its ``step(ctx, name, body)`` and
+    ``prompt(user)`` are the run's step and prompt (``ctx`` has ``tree``; the frame
+    of a running node must be set, e.g. by ``enter_frame``).
+    """
+    # private: guarded by the callers (an older checkout has other internals)
+    from groundswell.agent.middleware import layers_for
+    from groundswell.agent.run import PromptRun
+    from groundswell.prompt import NO_OVERRIDES
+    from groundswell.run_context import current_frame, enter_frame, reset_frame
+
+    client = agent.client
+    create = client.messages.create
+    candidates = agent._candidates
+
+    async def prompt(user: str) -> str:
+        frame = current_frame()
+        tree, workflow = frame.tree, frame.workflow
+        asked = Prompt.of_text(user)
+        run = PromptRun(
+            agent=agent,
+            prompt=asked,
+            overrides=NO_OVERRIDES,
+            settings=agent.settings_for(asked, NO_OVERRIDES),
+            tree=tree,
+            client=client,
+            workflow=workflow,
+            emit=None,
+        )
+        layers_for(run, candidates(NO_OVERRIDES))
+        run.messages.append({"role": "user", "content": asked.render()})
+        sets = (enter_frame, reset_frame, workflow, agent)
+        return await _prompt_nodes(tree, frame.node, create, run.request(), sets)
+
+    async def step(ctx: Any, name: str, body: Any) -> Any:
+        tree = ctx.tree
+        node = tree.start_node(NodeType.STEP, name, current_frame().node)
+        token = enter_frame(tree, node, ctx)
+        try:
+            output = await body
+        finally:
+            reset_frame(token)
+        tree.end_node(node, DONE, output=output, record_output=True)
+        return output
+
+    async def user(ctx: Any) -> str:  # the workflow function: one prompt in one step
+        return str(await step(ctx, "ask", prompt("ping")))
+
+    async def one() -> Any:
+        tree = groundswell.EventTree()
+        node = tree.start_node(NodeType.WORKFLOW, "one-prompt")
+        ctx = types.SimpleNamespace(tree=tree, node=node)
+        token = enter_frame(tree, node, ctx)
+        try:
+            output = await user(ctx)
+        finally:
+            reset_frame(token)
+        tree.end_node(node, DONE, output=output, record_output=True)
+        return types.SimpleNamespace(output=output, tree=tree, node=node)
+
+    return types.SimpleNamespace(
+        run=one, step=step, prompt=prompt, enter=enter_frame, reset=reset_frame
+    )
 
 
 # -- 1. agent.prompt inside ctx.step ---------------------------------------------------
@@ -188,6 +284,7 @@ async def prompt_in_step() -> dict[str, Any]:
     bare: list[int] = []
     paired: list[int] = []
     floor: list[int] = []
+    contracted: list[int] = []
 
     @workflow(name="bench")
     async def flow(ctx: WorkflowContext) -> None:
@@ -204,33 +301,50 @@ async def prompt_in_step() -> dict[str, Any]:
             bare.append(t3 - t2)
             paired.append((t2 - t1) - (t1 - t0))
 
-    async def floor_run() -> None:
+    try:  # an older checkout's internals may differ
+        contract: Any = contract_run(agent)
+    except Exception as exc:
+        print(f"prompt_in_step: no contract floor ({type(exc).__name__}: {exc})")
+        contract = None
+
+    async def floor_run(kind: str, into: list[int]) -> None:
         # Rounds of their own, alternating with the flow's: inside the flow, the
         # extra nodes and calls would slow the very steps measured there.
         tree = groundswell.EventTree()
         run = tree.start_node(NodeType.WORKFLOW, "bench")
+        ctx = types.SimpleNamespace(tree=tree, node=run)
+        token = contract.enter(tree, run, ctx) if kind == "contract" else None
         for _ in range(calls):
             t0 = time.perf_counter_ns()
             await raw_call(client)
             t1 = time.perf_counter_ns()
-            await floor_nodes(tree, run, client)
+            if token is None:
+                await floor_nodes(tree, run, client)
+            else:
+                await contract.step(ctx, "ask", contract.prompt("ping"))
             t2 = time.perf_counter_ns()
             await raw_call(client)  # where the flow's bare prompt is
-            floor.append((t2 - t1) - (t1 - t0))
+            into.append((t2 - t1) - (t1 - t0))
+        if token is not None:
+            contract.reset(token)
 
+    kinds = {"tree": floor} if contract is None else {"tree": floor, "contract": contracted}
     await flow.run()  # warm up
-    await floor_run()
-    raw.clear(), step.clear(), bare.clear(), paired.clear(), floor.clear()
+    for kind, into in kinds.items():
+        await floor_run(kind, into)
+    raw.clear(), step.clear(), bare.clear(), paired.clear(), floor.clear(), contracted.clear()
     for _ in range(rounds):
         api.requests.clear()
         gc.collect()
         result = await flow.run()
         assert result.error is None, result.error
-        api.requests.clear()
-        gc.collect()
-        await floor_run()
+        for kind, into in kinds.items():
+            api.requests.clear()
+            gc.collect()
+            await floor_run(kind, into)
     r, s, b = (med(x) / 1000 for x in (raw, step, bare))
     f = med(floor) / 1000
+    c = med(contracted) / 1000 if contracted else None
     return row(
         s,
         "us per prompt",
@@ -243,6 +357,7 @@ async def prompt_in_step() -> dict[str, Any]:
         overhead_us_paired_median=round(med(paired) / 1000, 1),
         agent_prompt_outside_step_us=round(b, 1),
         tree_floor_overhead_us=round(f, 1),
+        contract_floor_overhead_us=round(c, 1) if c is not None else None,
         calls=len(raw),
         note="floor: the step's three nodes built by hand around a raw call (floor_nodes), "
         "in rounds of their own; overhead_us_paired_median is the comparable figure",
@@ -332,6 +447,16 @@ async def concurrent_1000() -> dict[str, Any]:
         forms["tree_floor"] = floor_batch
     except Exception as exc:  # an older checkout's tree API
         print(f"concurrent_1000: no floor on this checkout ({type(exc).__name__}: {exc})")
+    try:
+        contract_one = contract_run(agent).run
+        assert (await contract_one()).output == "pong"
+
+        async def contract_batch() -> None:
+            await asyncio.gather(*(contract_one() for _ in range(n)))
+
+        forms["contract_floor"] = contract_batch
+    except Exception as exc:  # an older checkout's internals
+        print(f"concurrent_1000: no contract floor ({type(exc).__name__}: {exc})")
     rates: dict[str, list[float]] = {k: [] for k in forms}
     for batch in forms.values():  # warm up
         await batch()
@@ -344,6 +469,7 @@ async def concurrent_1000() -> dict[str, Any]:
             rates[name].append(n / (time.perf_counter() - t0))
     raw, runs, prompts = (med(rates[k]) for k in ("raw", "workflow_runs", "agent_prompts"))
     floor = med(rates["tree_floor"]) if "tree_floor" in rates else None
+    contract = med(rates["contract_floor"]) if "contract_floor" in rates else None
     return row(
         runs,
         "workflow runs per s",
@@ -355,6 +481,7 @@ async def concurrent_1000() -> dict[str, Any]:
         agent_prompts_per_s=round(prompts),
         agent_prompts_ratio=round(prompts / raw, 3),
         tree_floor_ratio=round(floor / raw, 3) if floor is not None else None,
+        contract_floor_ratio=round(contract / raw, 3) if contract is not None else None,
         rounds=rounds,
         each_round={k: [round(x) for x in v] for k, v in rates.items()},
     )
