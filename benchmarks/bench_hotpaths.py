@@ -144,6 +144,10 @@ try:  # private: guarded (an older checkout scrubs through jsonable alone)
     from groundswell._serialize import jsonable as _scrub
 except ImportError:
     _scrub = groundswell.redact
+try:  # private: guarded (an older checkout has no contract floor)
+    from groundswell.run_context import current_frame, enter_frame, reset_frame
+except ImportError:
+    current_frame = enter_frame = reset_frame = None  # type: ignore[assignment]
 
 
 async def floor_nodes(tree: Any, parent: Any, client: Any) -> str:
@@ -165,12 +169,12 @@ async def _prompt_nodes(
 ) -> str:
     """The prompt and model-call nodes around ``await create(**request)``.
 
-    With ``frame`` (``(enter_frame, reset_frame, workflow, agent)``), the prompt node's
-    context frame is set around the call, as a prompt's is.
+    With ``frame`` (``(workflow, agent)``), the prompt node's context frame is set
+    around the call, as a prompt's is.
     """
     asked = {"agent": "bench", "model": MODEL, "user": "ping", "response_format": None}
     prompt = tree.start_node(NodeType.PROMPT, "bench", parent, payload=_scrub(asked), trusted=True)
-    token = frame[0](tree, prompt, frame[2], frame[3]) if frame is not None else None
+    token = enter_frame(tree, prompt, *frame) if frame is not None else None
     try:
         sent = {"model": MODEL, "max_tokens": 16, "messages": 1, "tools": [], "stream": False}
         call = tree.start_node(
@@ -192,7 +196,7 @@ async def _prompt_nodes(
         tree.end_node(call, DONE)
     finally:
         if token is not None:
-            frame[1](token)
+            reset_frame(token)
     prompt.metrics["usage"], prompt.metrics["turns"] = usage, 1
     tree.end_node(prompt, DONE, output=answer, record_output=True)
     return str(answer)
@@ -208,15 +212,16 @@ def contract_run(agent: Any) -> Any:
     a result object. Left out: everything else the kernel does (checks, scopes,
     engines, validation, usage sums, the result dataclasses).
 
-    Calling the returned object runs it; its ``step(ctx, name, body)`` and
-    ``prompt(user)`` are the run's step and prompt (``ctx`` has ``tree``; the frame
-    of a running node must be set, e.g. by ``enter_frame``).
+    Returns ``run`` (one such run) and the run's ``step(ctx, name, body)`` and
+    ``prompt(user)`` (``ctx`` has ``tree``; the frame of a running node must be set).
     """
     # private: guarded by the callers (an older checkout has other internals)
     from groundswell.agent.middleware import layers_for
     from groundswell.agent.run import PromptRun
     from groundswell.prompt import NO_OVERRIDES
-    from groundswell.run_context import current_frame, enter_frame, reset_frame
+
+    if enter_frame is None:
+        raise ImportError("groundswell.run_context has no enter_frame")
 
     client = agent.client
     create = client.messages.create
@@ -238,8 +243,8 @@ def contract_run(agent: Any) -> Any:
         )
         layers_for(run, candidates(NO_OVERRIDES))
         run.messages.append({"role": "user", "content": asked.render()})
-        sets = (enter_frame, reset_frame, workflow, agent)
-        return await _prompt_nodes(tree, frame.node, create, run.request(), sets)
+        request = run.request()
+        return await _prompt_nodes(tree, frame.node, create, request, (workflow, agent))
 
     async def step(ctx: Any, name: str, body: Any) -> Any:
         tree = ctx.tree
@@ -267,9 +272,7 @@ def contract_run(agent: Any) -> Any:
         tree.end_node(node, DONE, output=output, record_output=True)
         return types.SimpleNamespace(output=output, tree=tree, node=node)
 
-    return types.SimpleNamespace(
-        run=one, step=step, prompt=prompt, enter=enter_frame, reset=reset_frame
-    )
+    return types.SimpleNamespace(run=one, step=step, prompt=prompt)
 
 
 # -- 1. agent.prompt inside ctx.step ---------------------------------------------------
@@ -313,7 +316,7 @@ async def prompt_in_step() -> dict[str, Any]:
         tree = groundswell.EventTree()
         run = tree.start_node(NodeType.WORKFLOW, "bench")
         ctx = types.SimpleNamespace(tree=tree, node=run)
-        token = contract.enter(tree, run, ctx) if kind == "contract" else None
+        token = enter_frame(tree, run, ctx) if kind == "contract" else None
         for _ in range(calls):
             t0 = time.perf_counter_ns()
             await raw_call(client)
@@ -326,7 +329,7 @@ async def prompt_in_step() -> dict[str, Any]:
             await raw_call(client)  # where the flow's bare prompt is
             into.append((t2 - t1) - (t1 - t0))
         if token is not None:
-            contract.reset(token)
+            reset_frame(token)
 
     kinds = {"tree": floor} if contract is None else {"tree": floor, "contract": contracted}
     await flow.run()  # warm up

@@ -16,7 +16,7 @@ from ._serialize import error_record
 from .errors import StepTimeout, WorkflowError
 from .tree import EventNode, EventTree, NodeStatus
 
-__all__ = ["WorkflowResult", "completed_result"]
+__all__ = ["WorkflowResult"]
 
 T = TypeVar("T")
 

@@ -327,15 +327,11 @@ class Agent(Generic[DepsT]):
         Raises `ModelAPIError`, `ResponseValidationError`,
         `MaxTurnsExceeded`, `ConfigurationError`.
         """
-        if self.__class__.run is not _AGENT_RUN or "run" in self.__dict__:
-            # Through `run`, so a subclass (or a patch) that overrides it sees every prompt.
+        if self.__class__.run is _AGENT_RUN and "run" not in self.__dict__:
+            # `Agent.run` itself: its work without its coroutine, one fewer per prompt.
+            result = await self._begin(prompt, overrides, message_history, deps)
+        else:  # through `run`, so a subclass (or a patch) that overrides it sees every prompt
             result = await self.run(prompt, overrides, message_history=message_history, deps=deps)
-            return result.output
-        # `Agent.run` itself: its body here, one coroutine fewer per prompt.
-        history = self._check_call(message_history, deps)
-        result = await self._execute(
-            _as_prompt(prompt), self._overrides(overrides), None, history, deps
-        )
         return result.output
 
     @overload
@@ -366,10 +362,14 @@ class Agent(Generic[DepsT]):
         deps: DepsT | None = None,
     ) -> PromptResult[Any]:
         """Like `prompt`, but returns a `PromptResult` with the tree, usage and messages."""
-        history = self._check_call(message_history, deps)
-        return await self._execute(
-            _as_prompt(prompt), self._overrides(overrides), None, history, deps
-        )
+        return await self._begin(prompt, overrides, message_history, deps)
+
+    def _begin(
+        self, prompt: Prompt[Any] | str, overrides: Any, history: Any, deps: Any
+    ) -> Awaitable[PromptResult[Any]]:
+        """`run`'s work: the call's arguments checked, and what awaiting runs the prompt."""
+        checked = self._check_call(history, deps)
+        return self._execute(_as_prompt(prompt), self._overrides(overrides), None, checked, deps)
 
     @overload
     def run_sync(
