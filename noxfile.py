@@ -80,10 +80,10 @@ def bench(session: nox.Session) -> None:
     Each writes benchmarks/results/<name>.json; then all of them are gathered
     into benchmarks/results/results.json, keyed by name.
     """
-    # tokenizers reads the reference tokenizer of bench_token_accuracy.py; the
-    # history extra and psycopg serve bench_history.py (SQLite and PostgreSQL),
-    # the durable extra bench_durable.py.
-    session.install("-e", ".[history,durable]", "tokenizers", "psycopg[binary]")
+    # Installed as users install it (.[all]): bench_hotpaths.py measures that as well as
+    # the bare kernel. tokenizers reads the reference tokenizer of
+    # bench_token_accuracy.py; psycopg serves bench_history.py on PostgreSQL.
+    session.install("-e", ".[all]", "tokenizers", "psycopg[binary]")
     out = HERE / "benchmarks" / "results"
     # Earlier reports would be gathered into results.json as if they were this run's.
     for old in out.glob("*.json"):
@@ -92,9 +92,12 @@ def bench(session: nox.Session) -> None:
         name = Path(path).stem.removeprefix("bench_")
         if session.posargs and name not in session.posargs:
             continue
-        # Benchmarks measure the kernel alone; installed plugins would skew them. Those
-        # that need one load it themselves, except bench_history.py's Agent(history=True)
-        # processes, which need the history plugin loaded.
+        # bench_hotpaths.py sets the plugins of each of its two columns itself (the bare
+        # kernel, and every default plugin loaded). The others measure the kernel alone and
+        # load what they need, except bench_history.py's Agent(history=True) processes,
+        # which need the history plugin loaded.
         env = {"GROUNDSWELL_LOAD_PLUGINS": "history" if name == "history" else ""}
+        if name == "hotpaths":
+            env = {}
         session.run("python", path, "--output", str(out), env=env)
     session.run("python", "benchmarks/_report.py", str(out))

@@ -44,9 +44,14 @@ what any implementation of the same behaviour costs:
   through the SDK on the sink's thread (``sdk_alone_ratio``: the same spans made on the
   run's own thread, with no sink and no second thread at all).
 
-Plugins are loaded only where a row needs them (LRU, OTel, history), so run it with
-``GROUNDSWELL_LOAD_PLUGINS=""`` as ``nox -s bench`` does. Uses the public API (private
-imports are guarded), so it runs against an older checkout too::
+Every row is measured in two columns, each in a fresh process per row, the two
+alternating row by row: ``bare``, the kernel alone (``GROUNDSWELL_LOAD_PLUGINS=""``;
+rows that need a plugin load it themselves), and ``installed``, as a user runs it after
+``pip install "groundswell[all]"``: every plugin of the entry-point group loaded, the
+defaults included (the environment variable unset). The goals apply to both columns; a
+row is met when it is met in both. ``--column bare`` or ``--column installed`` measures
+one column in this process. Uses the public API (private imports are guarded), so it runs
+against an older checkout too::
 
     git worktree add ../before <commit>
     PYTHONPATH=../before:../before/plugins python benchmarks/bench_hotpaths.py --name before
@@ -1376,6 +1381,69 @@ def table(rows: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+COLUMNS = ("bare", "installed")
+
+
+def _set_column(column: str) -> None:
+    """Loading is decided when the plugin manager is first made, so set it before that."""
+    if column == "bare":
+        os.environ["GROUNDSWELL_LOAD_PLUGINS"] = ""
+    else:
+        os.environ.pop("GROUNDSWELL_LOAD_PLUGINS", None)
+
+
+def loaded_plugins() -> list[str]:
+    return sorted(p.name for p in groundswell.get_plugin_manager().list_plugins())
+
+
+def both_columns(names: list[str], quick: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Each row in a fresh process per column, the columns alternating row by row."""
+    rows: dict[str, Any] = {}
+    plugins: dict[str, Any] = {}
+    for i, name in enumerate(names):
+        pair: dict[str, Any] = {}
+        # Alternate which column goes first, so neither always runs on a warmer machine.
+        for column in COLUMNS if i % 2 == 0 else COLUMNS[::-1]:
+            env = dict(os.environ)
+            env.pop("GROUNDSWELL_LOAD_PLUGINS", None)
+            if column == "bare":
+                env["GROUNDSWELL_LOAD_PLUGINS"] = ""
+            cmd = [sys.executable, __file__, "--column", column, "--emit", "--only", name]
+            print(f"[{column}] ", end="", flush=True)
+            out = subprocess.run(
+                [*cmd, *(["--quick"] if quick else [])],
+                env=env,
+                stdout=subprocess.PIPE,
+                text=True,
+                check=True,
+            )
+            found = json.loads(out.stdout.strip().splitlines()[-1])
+            pair[column] = found["rows"][name]
+            plugins[column] = found["plugins"]
+            got = pair[column]
+            print(f"{name}: {got['value']} {got['unit']} (ratio {got['ratio']})", flush=True)
+        pair = {c: pair[c] for c in COLUMNS}
+        pair["met"] = all(pair[c]["met"] for c in COLUMNS)
+        rows[name] = pair
+    return rows, plugins
+
+
+def table2(rows: dict[str, Any]) -> str:
+    lines = [
+        "| row | bare | installed | baseline (bare / installed) | goal | met (bare / installed) |",
+        "|---|---|---|---|---|---|",
+    ]
+    yes = {True: "yes", False: "no"}
+    for name, pair in rows.items():
+        b, i = pair["bare"], pair["installed"]
+        lines.append(
+            f"| {name} | {b['value']} {b['unit']} (ratio {b['ratio']}) | {i['value']} "
+            f"(ratio {i['ratio']}) | {b['baseline']} / {i['baseline']} ({b['baseline_is']}) | "
+            f"{b['goal']} | {yes[b['met']]} / {yes[i['met']]} |"
+        )
+    return "\n".join(lines)
+
+
 def main() -> None:
     global QUICK
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -1386,6 +1454,13 @@ def main() -> None:
     parser.add_argument("--profile", type=Path, help="write cProfile output to this folder")
     parser.add_argument("--workload", help="run one row's framework-only workload (py-spy)")
     parser.add_argument("--repeat", type=int, default=1, help="--workload runs, after a warm-up")
+    parser.add_argument(
+        "--column",
+        choices=("both", "bare", "installed"),
+        default="both",
+        help="bare kernel, as installed with its default plugins, or both (default)",
+    )
+    parser.add_argument("--emit", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     QUICK = args.quick
@@ -1407,16 +1482,28 @@ def main() -> None:
         profile_all(args.profile, only)
         return
     t0 = time.perf_counter()
-    rows = asyncio.run(run_rows(only or list(ROWS)))
+    names = only or list(ROWS)
+    if args.column != "both":
+        _set_column(args.column)
+        found = {"rows": asyncio.run(run_rows(names)), "plugins": loaded_plugins()}
+        if args.emit:  # a child of the two-column run: the parent reads the last line
+            print(json.dumps(found))
+            return
+        rows: dict[str, Any] = found["rows"]
+        plugins = {args.column: found["plugins"]}
+    else:
+        rows, plugins = both_columns(names, args.quick)
     report = {
         "source": source(),
         "quick": QUICK,
+        "column": args.column,
+        "plugins": plugins,
         "total_s": round(time.perf_counter() - t0, 1),
         "rows": rows,
-        "table": table(rows).splitlines(),
+        "table": (table(rows) if args.column != "both" else table2(rows)).splitlines(),
     }
     write(report, args.name, args.output)
-    print(table(rows))
+    print(table(rows) if args.column != "both" else table2(rows))
 
 
 if __name__ == "__main__":
