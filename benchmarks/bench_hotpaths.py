@@ -516,6 +516,8 @@ def _verdict() -> Any:
 
 async def cache_hit() -> dict[str, Any]:
     api = FakeAnthropicAPI(lambda request: json_reply({"approve": True, "reason": "fine"}))
+    # Cached as a real client's answers are (a test fake's scope aside), as _hit_floor keys them.
+    api.share_cache = True
     client = api.client(max_retries=0)
     lru = _lru()
     cached = Agent(name="cached", client=client, cache=lru)
@@ -1191,6 +1193,7 @@ def workloads() -> dict[str, Callable[[], Any]]:
     def cache_hit_w() -> None:
         async def go() -> None:
             api = FakeAnthropicAPI(lambda r: json_reply({"approve": True, "reason": "fine"}))
+            api.share_cache = True  # as in cache_hit()
             agent = Agent(name="cached", client=api.client(max_retries=0), cache=_lru())
             prompt = Prompt(user="Judge", data={"diff": "+x"}, response_format=_verdict())
             for _ in range(10_000):

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._serialize import is_secret_key, redact, register_secret, scrub
 from .budget import TokenBudget
-from .cache import Cache, ToolCachePolicy, get_cache, invalidate, tool_cache_stats
+from .cache import Cache, CacheLock, ToolCachePolicy, get_cache, invalidate, tool_cache_stats
 from .claude_hooks import PromptBlocked
 from .context_providers import ContextRequest
 from .errors import (
@@ -15,6 +15,7 @@ from .errors import (
     ExtractionError,
     GroundswellError,
     MaxTurnsExceeded,
+    MissingAwait,
     ModelAPIError,
     PluginError,
     ResponseValidationError,
@@ -56,6 +57,7 @@ from .run_context import (
     current_frame,
     current_node,
     current_tree,
+    observe_run,
     record_event,
 )
 from .tokens import estimate_tokens
@@ -111,6 +113,7 @@ __all__ = [
     "AgentOption",
     "Cache",
     "CacheBackend",
+    "CacheLock",
     "CliCommand",
     "ConfigurationError",
     "ContextProvider",
@@ -127,6 +130,7 @@ __all__ = [
     "GroundswellError",
     "MaxTurnsExceeded",
     "Middleware",
+    "MissingAwait",
     "ModelAPIError",
     "NodeStatus",
     "NodeType",
@@ -183,6 +187,7 @@ __all__ = [
     "invalidate",
     "is_recoverable",
     "is_secret_key",
+    "observe_run",
     "record_event",
     "redact",
     "register_secret",

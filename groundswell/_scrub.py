@@ -10,14 +10,25 @@ replaced by ``**********`` (docs/observability.md, "Secrets", has the table):
    process's secret-named environment variables (`is_secret_key`, 8
    characters or more).
 2. Credentials by their shape, as whole words only (``risk-assessment`` is
-   not an ``sk-`` key): Anthropic, OpenAI, Stripe, GitHub, GitLab, Slack and
-   Google keys, AWS access key ids, JWTs, Groundswell history API tokens, PEM
-   private keys, Slack webhook URLs.
-3. Credentials by their context: the token after ``Bearer`` / ``Basic``, the
-   password in ``scheme://user:password@host``, and the value of
-   ``name=value``, ``name: value`` or ``"name": "value"`` when ``name`` is a
-   secret name (``DB_PASSWORD=``, ``?access_token=``, ``"api_key":``).
-4. In structures, the whole value under a secret-named key (`is_secret_key`).
+   not an ``sk-`` key): Anthropic, OpenAI, Stripe, GitHub, GitLab, Slack,
+   Google, PyPI, Hugging Face and SendGrid keys, AWS access key ids, JWTs,
+   Groundswell history API tokens, Slack webhook URLs. A word may also start
+   right after a JSON escape (``\\n``: text that was JSON-encoded) or a URL
+   escape (``%3D``: ``key%3Dsk-ant-...``).
+3. PEM private keys: a whole block, a block cut short (no END line: its
+   base64 lines go), and the second half of a block (base64 lines ending in
+   ``-----END ... PRIVATE KEY-----``), with line breaks as they are or
+   JSON-escaped.
+4. Credentials by their context: the token after ``Bearer`` / ``Basic``, the
+   password in ``scheme://user:password@host`` and in ``curl -u user:password``,
+   the ``sig=`` of a signed URL (Azure SAS, ``X-Amz-Signature=``), the value
+   of ``name=value``, ``name: value`` or ``"name": "value"`` when ``name`` is
+   a secret name (``DB_PASSWORD=``, ``?access_token=``, ``"api_key":``,
+   ``--token=``, ``api_key%3D``), and the value after a secret-named command
+   line flag (``--api-key VALUE``).
+5. In structures, the whole value under a secret-named key (`is_secret_key`).
+   A command line to record (an MCP server's ``args``) goes through
+   `scrub_argv`.
 
 Look-alikes survive: ``token_usage``, ``max_token_length``, ``session_id``,
 ``cookie_count`` or ``password_policy`` are names *about* a secret, not
@@ -30,15 +41,17 @@ import functools
 import os
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 __all__ = [
     "REDACTED",
+    "argv_secrets",
     "is_secret_key",
     "register_secret",
     "replace_registered",
     "scrub",
+    "scrub_argv",
     "scrub_fields",
     "scrub_json",
 ]
@@ -191,9 +204,26 @@ def _known() -> tuple[str, ...]:
 
 # -- shapes and contexts ------------------------------------------------------------
 
+# Where a credential may start: after no letter or digit (a whole word), or right
+# after a JSON escape ("notes:\\nsk-ant-...": text that was JSON-encoded, whose
+# "\n" ends in a letter) or a URL escape ("key%3Dsk-ant-...").
+_WORD_START = r"(?:(?<![A-Za-z0-9])|(?<=\\[nrt])|(?<=%[0-9A-Fa-f]{2}))"
+# A name may start with any letter, so an assignment's pattern looks behind escapes
+# in a second pass, for text with escapes (a backslash or a percent sign in it),
+# that starts with the escape itself: the engine only stops where there is one.
+# Each is a pair (plain, after an escape); the plain one is the one plain text
+# always had.
+_ESCAPE = r"(?:\\[nrt]|%[0-9A-Fa-f]{2})"
+
+
+def _pair(plain: str, body: str) -> tuple[re.Pattern[str], re.Pattern[str]]:
+    return re.compile(plain + body), re.compile(_ESCAPE + body)
+
+
 # Each alternative is a whole word: no letter or digit may touch its start or end.
 _SHAPES = re.compile(
-    r"(?<![A-Za-z0-9])(?:"
+    # The shapes' first two letters: the engine passes most positions at once.
+    r"(?=[AShegprsx][GIKSfhiklosy])" + _WORD_START + r"(?:"
     r"sk-ant-[A-Za-z0-9_\-]{8,}"  # Anthropic
     # OpenAI: long and random (a run of 16 letters and digits), unlike a slug.
     r"|sk-(?:proj-|svcacct-|admin-)?(?=[A-Za-z0-9_\-]*?[A-Za-z0-9]{16})[A-Za-z0-9_\-]{20,}"
@@ -203,26 +233,75 @@ _SHAPES = re.compile(
     r"|xox[abeoprs]-[A-Za-z0-9\-]{10,}"  # Slack tokens
     r"|(?:AKIA|ASIA)[0-9A-Z]{16}"  # AWS access key ids
     r"|AIza[0-9A-Za-z_\-]{35}"  # Google API keys
+    # PyPI upload tokens: macaroons, whose base64 always starts "AgE" (not "pypi-server").
+    r"|pypi-AgE[A-Za-z0-9_\-]{40,}"
+    # Hugging Face: hf_ and a long run of mixed-case letters (not hf_hub_download).
+    r"|hf_(?=[a-z0-9]*[A-Z])[A-Za-z0-9]{30,}"
+    r"|SG\.[A-Za-z0-9_\-]{16,32}\.[A-Za-z0-9_\-]{32,64}"  # SendGrid (not SG.com)
     r"|eyJ[A-Za-z0-9_\-]{5,}\.eyJ[A-Za-z0-9_\-]{5,}\.[A-Za-z0-9_\-]*"  # JWTs
     r"|gsh\.[A-Za-z0-9_\-]+\.[A-Za-z0-9_\-]{40,}"  # Groundswell history API tokens
     r"|hooks\.slack\.com/services/[A-Za-z0-9/]+"  # Slack webhooks
-    r"|-----BEGIN[A-Z ]*PRIVATE KEY-----.*?-----END[A-Z ]*PRIVATE KEY-----"
-    r")(?![A-Za-z0-9])",
+    r")(?![A-Za-z0-9])"
+)
+# A line break in a PEM block: as it is, or JSON-escaped once or more (a key in a
+# tool's JSON result, itself inside a span's JSON attribute).
+_BREAK = r"(?:\r?\n|\\+r\\+n|\\+n|\\+r)"
+_PEM_LABEL = r"[A-Z ]*PRIVATE KEY(?: BLOCK)?-----"
+_PEM_BLOCK = re.compile(
+    r"-----BEGIN" + _PEM_LABEL + r"(?:"
+    # A whole block (a BEGIN cut short takes no later block's END with it).
+    r"(?:(?!-----BEGIN).)*?-----END" + _PEM_LABEL + r"|"
+    # No END line (cut short): its headers and its base64 lines, up to the first
+    # line that is not one ("Thanks for" is prose: base64 has no spaces).
+    r"(?:[ \t]*" + _BREAK + r"[ \t]*"
+    r"(?:(?:Proc-Type|DEK-Info|Comment):[^\r\n\\]*|[A-Za-z0-9+/=]++(?![ \t]*[A-Za-z0-9+/=])))*+"
+    r")",
     re.DOTALL,
 )
+# The second half of a block split in two (no BEGIN): base64 lines ending in its END
+# line. Looked for in the 8 KiB before each END line (a 4096-bit RSA key has 3.2).
+_PEM_END = re.compile(r"-----END" + _PEM_LABEL)
+_PEM_TAIL = re.compile(
+    r"(?:(?<![A-Za-z0-9+/=\\])|(?<=\\[nrt]))"
+    r"(?:[A-Za-z0-9+/=]++[ \t]*" + _BREAK + r"[ \t]*)++-----END" + _PEM_LABEL
+)
+_PEM_WINDOW = 8192
 # scheme://user:password@host: the password goes, the user stays.
 _URL_PASSWORD = re.compile(r"(?i)(\b[a-z][a-z0-9+.\-]*://[^\s:/@?#]*:)[^\s@/?#]+@")
+# curl -u user:password (--user, --proxy-user, -U): the password goes, the user stays.
+# The flag is curl's first -u (a later one is another command's: docker run -u 0:0),
+# as shell text or an argv list ("curl", "-u", "user:password").
+_CURL_FLAG = r"(?<![\w\-])-(?:u|U|-user|-proxy-user)"
+_CURL_USER = re.compile(
+    r"[cC](?:(?<![A-Za-z0-9][cC])|(?<=\\[nrt][cC]))(?i:url)\b"
+    # Up to curl's first -u: a span that holds no -u flag.
+    + rf"(?:(?!{_CURL_FLAG})[^\r\n;|])*+{_CURL_FLAG}"
+    # Its user (the quote and comma of an argv list allowed) and the password to replace.
+    + r"(?:\\*[\"'])?(?:,[ \t]*|[ \t]+|=)?(\\*[\"']?[^\s:\"'\\]*:)([^\s\"'\\]+)"
+)
+# The signature of a signed URL (an Azure SAS token's sig=, S3 and GCS presigned URLs).
+_URL_SIGNATURE = re.compile(
+    r"([?&;](?i:sig|signature|x-amz-signature|x-goog-signature)(?:=|%3[Dd]))[^&\s#\"'<>\\]+"
+)
 # The credential after an HTTP auth scheme.
 _SCHEME = re.compile(
-    r"(?<![\w\-])(?:((?i:bearer)\s+)([A-Za-z0-9._~+/\-]+=*)|((?i:basic)\s+)([A-Za-z0-9+/]+=*))"
+    r"(?=[bB][eEaA])(?:(?<![\w\-])|(?<=\\[nrt]))"
+    r"(?:((?i:bearer)\s+)([A-Za-z0-9._~+/\-]+=*)|((?i:basic)\s+)([A-Za-z0-9+/]+=*))"
 )
-# name=value, name: value, "name": "value" (and JSON escaped inside JSON text).
-_ASSIGNMENT = re.compile(
-    r"(?<![\w.\-])(?P<name>[A-Za-z_][\w.\-]*+)"
-    r"(?P<sep>\\?[\"']?[ \t]*[:=][ \t]*)"
-    r"(?P<value>\"(?:[^\"\\\n]|\\.)*\"|'(?:[^'\\\n]|\\.)*'|\\\"(?:[^\"\\\n]|\\[^\"])*\\\""
-    r"|(?:(?i:bearer|basic|token|digest)[ \t]+)?[^\s\"'\\,;&<>(){}\[\]]+)"
+# A quoted value: "..." or '...', or \"...\" (JSON-escaped once or more: JSON text in JSON).
+_QUOTED = r"\"(?:[^\"\\\n]|\\.)*\"|'(?:[^'\\\n]|\\.)*'|\\+\"(?:[^\"\\\n]|\\+[^\"\\\n])*+\\+\""
+_SEPARATOR = r"\\*[\"']?[ \t]*(?:[:=]|%3[DdAa])[ \t]*"
+_VALUE = _QUOTED + r"|(?:(?i:bearer|basic|token|digest)[ \t]+)?[^\s\"'\\,;&<>(){}\[\]]+"
+# name=value, name: value, "name": "value" (and JSON escaped inside JSON text),
+# URL-encoded name%3Dvalue.
+_ASSIGNMENT = _pair(
+    r"(?<![\w.\-])",
+    rf"(?P<name>[A-Za-z_][\w.\-]*+)(?P<sep>{_SEPARATOR})(?P<value>{_VALUE})",
 )
+# A command line's flag and its value: --name=value, --name value (the value no
+# other flag), -name value. It starts with its dash (the engine jumps from dash to dash).
+_FLAG_BODY = rf"(?P<name>-?[A-Za-z_][\w.\-]*+)(?P<sep>{_SEPARATOR}|[ \t]++(?!-))(?P<value>{_VALUE})"
+_FLAG = re.compile(r"-(?<![\w.\-]-)" + _FLAG_BODY), re.compile(_ESCAPE + "-" + _FLAG_BODY)
 _NOT_VALUES = frozenset({"", "null", "none", "nil", "true", "false", "undefined", REDACTED})
 _REST_OF_LINE = re.compile(r"[^\S\n]*\w")
 
@@ -242,43 +321,56 @@ def _scheme(match: re.Match[str]) -> str:
     return scheme + REDACTED if _looks_random(token) else match.group(0)
 
 
+def _pem_tails(text: str) -> str:
+    """``text`` with the second halves of PEM private key blocks redacted."""
+    parts: list[str] = []
+    done = 0
+    for end in _PEM_END.finditer(text):
+        found = _PEM_TAIL.search(text, max(done, end.start() - _PEM_WINDOW), end.end())
+        if found is not None:
+            parts += (text[done : found.start()], REDACTED)
+            done = found.end()
+    return "".join(parts) + text[done:] if parts else text
+
+
 def _assignment(match: re.Match[str]) -> str | None:
     """The match with its value redacted, or ``None`` when it holds no secret."""
     name, sep, value = match.group("name", "sep", "value")
     if not is_secret_key(name):
         return None
     quote = ""
-    for q in ('\\"', '"', "'"):
-        if len(value) >= 2 * len(q) and value.startswith(q) and value.endswith(q):
+    if value[:1] in ("'", '"', "\\"):
+        q = value[: len(value) - len(value.lstrip("\\")) + 1]
+        if q[-1:] in ("'", '"') and len(value) >= 2 * len(q) and value.endswith(q):
             quote, value = q, value[len(q) : -len(q)]
-            break
     if value.lower() in _NOT_VALUES:
         return None
     if (
         not quote
-        and ":" in sep
+        and (":" in sep or sep.isspace())
         and value.isalpha()
         and value.islower()
         and _REST_OF_LINE.match(match.string, match.end())
     ):
-        # "access_token: unknown parameter": a lowercase word followed by more
-        # words is prose about a secret, not one (YAML and headers end the line).
+        # "access_token: unknown parameter", "the --token flag sets it": a lowercase
+        # word followed by more words is prose about a secret, not one (YAML,
+        # headers and command lines end the line or go on with a flag).
         return None
     return f"{name}{sep}{quote}{REDACTED}{quote}"
 
 
-def _assignments(text: str) -> str:
-    """``text`` with the values of its secret-named assignments redacted."""
+def _assignments(text: str, pattern: re.Pattern[str]) -> str:
+    """``text`` with the values of its secret-named assignments (and flags) redacted."""
     parts: list[str] = []
     done = start = 0
-    while (match := _ASSIGNMENT.search(text, start)) is not None:
+    while (match := pattern.search(text, start)) is not None:
         replaced = _assignment(match)
         if replaced is None:
             # Look again from the value: it may hold an assignment itself
             # ("Error: password: x", or JSON quoted inside JSON).
             start = match.start("value")
             continue
-        parts += (text[done : match.start()], replaced)
+        parts += (text[done : match.start("name")], replaced)
         done = start = match.end()
     return "".join(parts) + text[done:] if parts else text
 
@@ -291,6 +383,10 @@ def _text(text: str, known: tuple[str, ...]) -> str:
     for secret in known:
         if secret in text:
             text = text.replace(secret, REDACTED)
+    if "PRIVATE KEY" in text:
+        text = _PEM_BLOCK.sub(REDACTED, text)
+        if "-----END" in text:
+            text = _pem_tails(text)
     # Every shape holds "-", "_" or "." or starts with "A" (AKIA, ASIA, AIza).
     if "-" in text or "_" in text or "." in text or "A" in text:
         text = _SHAPES.sub(REDACTED, text)
@@ -299,7 +395,11 @@ def _text(text: str, known: tuple[str, ...]) -> str:
         text = _URL_PASSWORD.sub(lambda m: f"{m.group(1)}{REDACTED}@", text)
     if "bearer" in low or "basic" in low:
         text = _SCHEME.sub(_scheme, text)
-    if ("=" in text or ":" in text) and (
+    if "curl" in low and ("-u" in text or "-U" in text) and ":" in text:
+        text = _CURL_USER.sub(lambda m: f"{m.string[m.start() : m.start(2)]}{REDACTED}", text)
+    if "sig" in low and ("=" in text or "%3" in text):
+        text = _URL_SIGNATURE.sub(lambda m: f"{m.group(1)}{REDACTED}", text)
+    if (
         "key" in low
         or "token" in low
         or "pass" in low
@@ -309,7 +409,16 @@ def _text(text: str, known: tuple[str, ...]) -> str:
         or "credential" in low
         or "jwt" in low
     ):
-        text = _assignments(text)
+        # After the plain pass, the one behind JSON and URL escapes, when there may be some.
+        escaped = "\\" in text or "%" in text
+        if "=" in text or ":" in text or "%3" in text:
+            text = _assignments(text, _ASSIGNMENT[0])
+            if escaped:
+                text = _assignments(text, _ASSIGNMENT[1])
+        if "-" in text:
+            text = _assignments(text, _FLAG[0])
+            if escaped:
+                text = _assignments(text, _FLAG[1])
     return text
 
 
@@ -323,6 +432,57 @@ def scrub(text: str) -> str:
     ``text`` held a secret.
     """
     return _text(text, _known())
+
+
+def _argv_values(args: Sequence[str]) -> Iterator[tuple[int, str]]:
+    """``(index, prefix)`` of each argument holding a secret, its secret after ``prefix``."""
+    after_flag = False
+    for i, arg in enumerate(args):
+        if after_flag and not arg.startswith("--"):
+            yield i, ""  # --password VALUE
+            after_flag = False
+            continue
+        after_flag = False
+        if arg.startswith("-") and len(arg) > 2:
+            name, equals, value = arg.partition("=")
+            if is_secret_key(name) and not name.startswith("--no-"):  # --no-auth takes no value
+                if not equals:
+                    after_flag = True
+                elif value:
+                    yield i, name + equals  # --token=VALUE
+                continue
+            joined = arg[2:]
+            # -pVALUE: a password joined to its flag (mysql, sshpass); a word of
+            # lowercase letters is an option (-print, -pthread, -profile).
+            if arg[1] == "p" and not (joined.isalpha() and joined.islower()):
+                yield i, "-p"
+        # "-p VALUE" stays: a port, a path or a database name, not a password.
+
+
+def scrub_argv(args: Sequence[str]) -> list[str]:
+    """A copy of a command line's arguments fit to record or log; the command runs with ``args``.
+
+    The value of a secret-named flag goes (``--api-key VALUE``, ``--token=VALUE``,
+    ``-password VALUE``; `is_secret_key` names them), and so does a password
+    joined to ``-p`` (``-pVALUE``, as mysql and sshpass take it; ``-p 8080``
+    stays, and so do ``-print`` and ``-pthread``). Every argument then goes
+    through `scrub`.
+    """
+    out = list(args)
+    for i, prefix in _argv_values(args):
+        out[i] = prefix + REDACTED
+    known = _known()
+    return [_text(arg, known) for arg in out]
+
+
+def argv_secrets(args: Sequence[str]) -> list[str]:
+    """The secret values `scrub_argv` takes out of ``args``, to `register_secret` them.
+
+    Leaves out a value that is one lowercase word (``--auth oauth``): a mode
+    rather than a credential, and registered it would be replaced everywhere.
+    """
+    values = [args[i][len(prefix) :] for i, prefix in _argv_values(args)]
+    return [v for v in values if not (v.isalpha() and v.islower())]
 
 
 def scrub_json(value: Any, convert: Callable[[Any], Any] | None = None) -> Any:

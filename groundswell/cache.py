@@ -9,6 +9,14 @@ definitions (local MCP tools included), remote MCP servers (their tokens left
 out), skills and container, ``thinking``, ``tool_choice``, ``output_config``
 (so the response schema), any other pass-through field, and a format version
 so a change of key format never reads stale entries. Headers and ``env`` are never part of a key.
+A client can carry a scope (`scope_answers`; each test fake has its own) that is hashed in
+too, so prompts through clients of different scopes never read each other's answers.
+
+Concurrent identical requests make one model call (in-flight dedupe): in the
+process across every event loop and thread, and across processes through a
+backend that offers a lock (`CacheLock`, e.g. Redis ``SET NX PX``); callers
+elsewhere wait for the holder's answer, and take over if its lock ends without
+one.
 
 Every backend call the kernel makes has a deadline, and a backend that keeps
 failing is skipped for a while (a circuit breaker per backend instance), so a
@@ -18,27 +26,32 @@ node, skips ``cache_skipped`` events, and each outage is logged once on the
 ``groundswell.cache`` logger, with "works again" when it ends. The settings
 (environment, read when a backend is first used): ``GROUNDSWELL_CACHE_TIMEOUT_S``
 (``get``/``set``), ``GROUNDSWELL_CACHE_BUST_TIMEOUT_S`` (`invalidate`),
-``GROUNDSWELL_CACHE_SKIP_AFTER`` (failures in a row) and
-``GROUNDSWELL_CACHE_SKIP_FOR_S``.
+``GROUNDSWELL_CACHE_SKIP_AFTER`` (failures in a row),
+``GROUNDSWELL_CACHE_SKIP_FOR_S`` and ``GROUNDSWELL_CACHE_LOCK_S`` (a backend
+lock's lease).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import hashlib
 import inspect
 import logging
 import os
+import socket
 import threading
 import time
+import uuid
+import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from ._canonical import canonical_bytes
 from ._serialize import redact
-from .cache_guard import Unavailable, guard_for, shown
+from .cache_guard import Guard, Unavailable, guard_for, shown
 from .errors import ConfigurationError, GroundswellError, PluginError
 from .hookspecs import CacheBackend
 from .plugins import get_plugin_manager
@@ -51,7 +64,9 @@ T = TypeVar("T")
 __all__ = [
     "KEY_VERSION",
     "Cache",
+    "CacheLock",
     "ToolCachePolicy",
+    "answer_scope",
     "cache_entry",
     "cached_tool_call",
     "choose_cache",
@@ -59,6 +74,7 @@ __all__ = [
     "invalidate",
     "request_cache_key",
     "schema_hash",
+    "scope_answers",
     "store_entry",
     "through_cache",
     "tool_cache_stats",
@@ -85,8 +101,9 @@ class Cache(Protocol):
     the process. Every ``get``/``set`` the kernel makes has a deadline and a
     circuit breaker (`groundswell.cache_guard`): a method that raises, hangs
     or returns the wrong thing is a cache miss recorded on the run's tree,
-    never the run's failure; `invalidate` raises instead. See
-    ``docs/plugin-hooks.md`` for the whole contract.
+    never the run's failure; `invalidate` raises instead. A shared backend may
+    also offer a lock (`CacheLock`) so that processes answer each request
+    once between them. See ``docs/plugin-hooks.md`` for the whole contract.
     """
 
     async def get(self, key: str) -> Any | None:
@@ -175,19 +192,66 @@ def _keyable(params: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def request_cache_key(namespace: str, params: Mapping[str, Any]) -> str:
+def request_cache_key(namespace: str, params: Mapping[str, Any], scope: str | None = None) -> str:
     """The response-cache key for a Messages API request (``messages.create`` kwargs).
 
     Equal requests give equal keys whatever their dict key order; a value that
-    has no canonical JSON form raises ``TypeError``.
+    has no canonical JSON form raises ``TypeError``. ``scope`` (`answer_scope`
+    of the client, e.g. one test fake's) is hashed in too: answers of another
+    scope are never read; ``None`` (every real client) leaves the key as it is
+    in every process.
     """
     if not namespace or ":" in namespace:
         raise ConfigurationError(
             f"cache namespace must be non-empty without ':', got {namespace!r}"
         )
     material = {"v": KEY_VERSION, "request": _keyable(params)}
+    if scope is not None:
+        material["scope"] = scope
     digest = hashlib.sha256(canonical_bytes(material)).hexdigest()
     return f"{namespace}:{digest}"
+
+
+# Clients whose answers are cached apart (test fakes): id(client) -> their scope, or a
+# function that tells it at each prompt. Empty in production: one truth test per prompt.
+_scopes: dict[int, str | Callable[[], str | None]] = {}
+
+
+def scope_answers(client: object, scope: str | Callable[[], str | None] | None) -> None:
+    """Cache the answers of prompts sent through ``client`` apart, under ``scope``.
+
+    ``scope`` is a string, or a function called at each prompt that returns
+    one (or ``None``: no scope for that prompt); ``None`` removes the client's
+    scope. The scope is hashed into the answer-cache key (the namespace stays
+    the agent's name), so prompts through clients of different scopes never
+    read each other's answers, in any backend. `groundswell.testing` gives
+    each `FakeAnthropicAPI`'s clients the fake's own scope, so that a test
+    never gets an answer another test's fake gave; real clients have none,
+    and their keys are equal in every process. Forgotten with the client.
+    """
+    if scope is None:
+        _scopes.pop(id(client), None)
+        return
+    fresh = id(client) not in _scopes
+    _scopes[id(client)] = scope
+    if fresh:
+        try:  # forget it with the client, so another client at that id starts with none
+            weakref.finalize(client, _scopes.pop, id(client), None)
+        except TypeError as exc:
+            del _scopes[id(client)]
+            raise ConfigurationError(
+                f"scope_answers: a {type(client).__name__} cannot be weakly referenced"
+            ) from exc
+
+
+def answer_scope(client: object) -> str | None:
+    """The answer-cache scope of ``client`` (`scope_answers`), ``None`` for most clients."""
+    if not _scopes:
+        return None
+    scope = _scopes.get(id(client))
+    if scope is None or isinstance(scope, str):
+        return scope
+    return scope()
 
 
 _instances: dict[str, Cache] = {}
@@ -270,36 +334,206 @@ def _label(cache: Cache) -> str:
 
 
 class _Flight:
-    """A key being answered by one caller; a future only once another caller waits for it.
+    """A key being answered by one caller, and the callers waiting for it, on any event loop.
 
-    Most lookups have nobody waiting: a future for each (and the callback its
-    result schedules on the loop) would cost a cache hit more than its lookup.
+    A waiter is a future on its own caller's loop; the answer reaches waiters on
+    other loops (other threads) through ``call_soon_threadsafe``. Most lookups
+    have nobody waiting: no future is made for them, and a cache hit costs one
+    atomic ``dict.setdefault`` and one uncontended lock round trip here.
     """
 
-    __slots__ = ("future",)
+    __slots__ = ("landed", "waiters")
 
     def __init__(self) -> None:
-        self.future: asyncio.Future[Any] | None = None
+        self.waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[Any]]] | None = None
+        self.landed = False
 
-    def waiter(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[Any]:
-        if self.future is None:
-            self.future = loop.create_future()
+    def join(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[Any] | None:
+        """A future on ``loop`` for the answer; ``None`` when it has landed (look again)."""
+        with _inflight_lock:
+            if self.landed:
+                return None
+            future = loop.create_future()
             # The caller waiting may be cancelled: mark an exception as seen so
             # asyncio does not warn about it.
-            self.future.add_done_callback(_seen)
-        return self.future
+            future.add_done_callback(_seen)
+            if self.waiters is None:
+                self.waiters = []
+            self.waiters.append((loop, future))
+            return future
 
-    def settle(self, value: Any = None, error: BaseException | None = None) -> None:
-        future = self.future
-        if future is None or future.done():
+
+# Keys being answered in this process, whatever loop or thread answers them:
+# (id of the backend, key) -> its flight. Flights are added with one atomic
+# setdefault; landing one, and joining it, take _inflight_lock.
+_inflight: dict[tuple[int, str], _Flight] = {}
+_inflight_lock = threading.Lock()
+# What waiters get when the caller answering was cancelled: one of them answers instead.
+_RETRY: Any = object()
+
+
+def _land(
+    slot: tuple[int, str], flight: _Flight, value: Any = None, error: BaseException | None = None
+) -> None:
+    """End ``flight``: later callers look ``slot`` up afresh; its waiters get the outcome."""
+    with _inflight_lock:
+        if flight.landed:
             return
-        if error is not None:
-            future.set_exception(error)
-        else:
-            future.set_result(value)
+        flight.landed = True
+        if _inflight.get(slot) is flight:
+            del _inflight[slot]
+        waiters, flight.waiters = flight.waiters, None
+    if not waiters:
+        return
+    here: asyncio.AbstractEventLoop | None
+    try:
+        here = asyncio.get_running_loop()
+    except RuntimeError:
+        here = None
+    for loop, future in waiters:
+        if loop is here:
+            _deliver(future, value, error)
+            continue
+        with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits there any more
+            loop.call_soon_threadsafe(_deliver, future, value, error)
 
 
-_inflight: dict[tuple[int, int, str], _Flight] = {}
+def _deliver(future: asyncio.Future[Any], value: Any, error: BaseException | None) -> None:
+    if future.done():  # its caller was cancelled
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(value)
+
+
+def _seen(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
+@runtime_checkable
+class CacheLock(Protocol):
+    """What a shared backend may offer so that processes answer each key once between them.
+
+    Optional: a `Cache` with both methods gets in-flight deduplication across
+    processes (the bundled ``redis`` backend has them); without them, callers
+    are deduplicated within the process only (across all its event loops and
+    threads, by the kernel). The lock on a key is apart from the entry under
+    it: ``get``, ``set`` and ``bust`` never see it.
+
+    When a prompt misses, the kernel calls ``try_lock(key, owner, ttl)``. The
+    owner that gets ``True`` calls the model, renews the lock every ``ttl / 3``
+    seconds while it does (``try_lock`` again with the same owner), stores the
+    answer and then calls ``unlock``. The others poll ``get`` for the entry,
+    and ``try_lock`` to take over when the holder's lock ends without one (it
+    failed, or its process died and the lock ran out). A lock call that fails
+    or misses its deadline never loses an answer: the caller calls the model.
+    """
+
+    async def try_lock(self, key: str, owner: str, ttl: float) -> bool:
+        """Lock ``key`` for ``owner`` (a unique string) for ``ttl`` seconds if nobody holds it
+        or its holder's time ran out, or renew it for ``ttl`` seconds if ``owner`` holds it;
+        ``True`` if ``owner`` holds the lock now, ``False`` if another owner does."""
+
+    async def unlock(self, key: str, owner: str) -> bool:
+        """Release the lock on ``key`` if ``owner`` holds it (never another owner's);
+        ``True`` if it did. The kernel ignores the return value."""
+
+
+def _locking(cache: Cache) -> bool:
+    """True when ``cache`` offers the optional `CacheLock` methods."""
+    return callable(getattr(cache, "try_lock", None)) and callable(getattr(cache, "unlock", None))
+
+
+def _lock_problem(held: Any) -> str | None:
+    if held is True or held is False:
+        return None
+    return (
+        f"try_lock returned {shown(held)}; it must return True (the owner holds the lock "
+        "now) or False (another owner does)"
+    )
+
+
+#: How long a caller waiting for another process's answer first waits, and at most,
+#: between looks at the backend (seconds).
+POLL_FIRST_S = 0.005
+POLL_MAX_S = 0.1
+_HOST = socket.gethostname()
+# Background unlocks (on failure paths), kept referenced until they finish.
+_unlocking: set[asyncio.Task[None]] = set()
+
+
+class _Claim:
+    """A backend lock this caller holds on a key, renewed while it calls the model."""
+
+    __slots__ = ("cache", "guard", "keeper", "key", "node", "owner", "released", "tree")
+
+    def __init__(
+        self, cache: Cache, guard: Guard, key: str, owner: str, tree: EventTree, node: EventNode
+    ) -> None:
+        self.cache, self.guard, self.key, self.owner = cache, guard, key, owner
+        self.tree, self.node = tree, node
+        self.keeper: asyncio.Task[None] | None = None
+        self.released = False
+
+    def renew(self) -> Callable[[], Awaitable[Any]]:
+        lock: CacheLock = self.cache  # type: ignore[assignment]
+        return functools.partial(lock.try_lock, self.key, self.owner, self.guard.lock_s)
+
+    def keep(self) -> None:
+        """Renew the lock every third of its lease until `stop`."""
+        self.keeper = asyncio.get_running_loop().create_task(self._keep())
+
+    async def _keep(self) -> None:
+        guard = self.guard
+        while True:
+            await asyncio.sleep(guard.lock_s / 3)
+            try:
+                held = await guard.call(
+                    "try_lock", self.renew(), guard.timeout_s, check=_lock_problem
+                )
+            except Unavailable:
+                continue  # logged by the guard; the lease may still hold until the next try
+            if not held:  # it ran out and another owner took it: they answer too
+                return
+
+    def stop(self) -> None:
+        """Stop renewing: what is left of the lease covers storing the answer."""
+        if self.keeper is not None:
+            self.keeper.cancel()
+            self.keeper = None
+
+    async def release(self, record: bool = True) -> None:
+        self.stop()
+        if self.released:
+            return
+        self.released = True
+        lock: CacheLock = self.cache  # type: ignore[assignment]
+        guard = self.guard
+        try:
+            await guard.call(
+                "unlock", functools.partial(lock.unlock, self.key, self.owner), guard.timeout_s
+            )
+        except Unavailable as exc:  # the lease runs out by itself
+            if record:
+                _contain(self.cache, exc, self.tree, self.node, self.key)
+
+    def let_go(self) -> None:
+        """Release the lock in the background (on a path that must not wait for it)."""
+        self.stop()
+        try:
+            task = asyncio.get_running_loop().create_task(self.release(record=False))
+        except RuntimeError:  # no loop any more: the lease runs out by itself
+            return
+        _unlocking.add(task)
+        task.add_done_callback(_unlocking.discard)
+
+    def abandoned(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The deferred store was dropped (its attempt failed): let go now, from any thread."""
+        if not self.released:
+            with contextlib.suppress(RuntimeError):  # a closed loop: the lease runs out
+                loop.call_soon_threadsafe(self.let_go)
 
 
 def cache_entry(encoded: Any) -> dict[str, Any]:
@@ -322,84 +556,170 @@ async def through_cache(
     """Return ``(value, hit)``: the cached value for ``key``, or ``produce()``'s, stored.
 
     Concurrent calls with the same key share one ``produce()`` (in-flight
-    dedupe). A failed ``produce()`` is never stored; with ``defer``, storing is
-    handed to it (to happen only once the caller's whole work succeeded). A
-    cache that raises or misses its deadline is treated as a miss and recorded
-    as a ``cache_error`` event, one being skipped as a ``cache_skipped`` event:
-    it never fails the run. The node gets ``metrics["cache"]`` (``"hit"`` /
-    ``"miss"``) and a ``cache_hit`` event with ``key`` and ``age_s`` on a hit.
+    dedupe): in this process across every event loop and thread, and across
+    processes when the backend offers a lock (`CacheLock`). A failed
+    ``produce()`` is never stored; with ``defer``, storing is handed to it (to
+    happen only once the caller's whole work succeeded). A cache that raises or
+    misses its deadline is treated as a miss and recorded as a ``cache_error``
+    event, one being skipped as a ``cache_skipped`` event: it never fails the
+    run. The node gets ``metrics["cache"]`` (``"hit"`` / ``"miss"``) and a
+    ``cache_hit`` event with ``key`` and ``age_s`` on a hit.
     """
-    loop = asyncio.get_running_loop()
-    slot = (id(loop), id(cache), key)
-    leader = _inflight.get(slot)
-    if leader is not None:  # the same request is already being answered
-        value = await asyncio.shield(leader.waiter(loop))
-        node.metrics["cache"] = "hit"
-        tree.add_event(node, "cache_hit", key=key, age_s=0.0, deduplicated=True)
-        return decode(value), True
+    slot = (id(cache), key)
+    while True:
+        fresh = _Flight()
+        flight = _inflight.setdefault(slot, fresh)  # atomic: one caller's flight wins
+        if flight is fresh:
+            break
+        waiting = flight.join(asyncio.get_running_loop())
+        if waiting is None:  # it landed just now: look again
+            continue
+        value = await waiting  # the same request is already being answered
+        if value is not _RETRY:
+            node.metrics["cache"] = "hit"
+            tree.add_event(node, "cache_hit", key=key, age_s=0.0, deduplicated=True)
+            return decode(value), True
     # Registered before the lookup: callers that come while it runs wait for this
     # one instead of each asking the backend (a failing one would count every
     # failure toward skipping it).
-    flight = _inflight[slot] = _Flight()
+    claim: _Claim | None = None
     try:
-        hit = await _lookup(cache, key, decode, tree, node)
-        if hit is not None:
-            flight.settle(hit[1])
-            return hit[0], True
+        guard = guard_for(cache, _label)
+        try:
+            entry = await guard.call(
+                "get", functools.partial(cache.get, key), guard.timeout_s, check=_entry_problem
+            )
+        except Unavailable as exc:
+            _contain(cache, exc, tree, node, key)
+            entry = _DOWN
+        if entry is not None and entry is not _DOWN:
+            hit = _decoded(entry, decode, key, tree, node)
+            if hit is not None:
+                _land(slot, flight, entry["value"])
+                return hit[0], True
+        if entry is not _DOWN and _locking(cache):  # a backend that is down is not asked again
+            found = await _claim(cache, guard, key, decode, tree, node)
+            if type(found) is tuple:  # another process answered while this one waited
+                _land(slot, flight, found[1])
+                return found[0], True
+            claim = found  # type: ignore[assignment]
         node.metrics["cache"] = "miss"
         tree.add_event(node, "cache_miss", key=key)
         value = await produce()
         encoded = encode(value)
+        held, claim = claim, None  # from here on, storing releases it
+        if held is not None:
+            held.stop()  # what is left of the lease covers storing
 
         async def store() -> None:
             await store_entry(cache, key, encoded, tree, node, ttl)
+            if held is not None:
+                await held.release()
 
         if defer is None:
             await store()
         else:
+            if held is not None:
+                # An attempt that fails later drops its deferred work, store with it:
+                # then let go at once, so other processes need not wait for the lease.
+                weakref.finalize(store, held.abandoned, asyncio.get_running_loop())
             defer(store)
-        flight.settle(encoded)
+        _land(slot, flight, encoded)
         return value, False
-    except BaseException as exc:
-        flight.settle(error=exc)
+    except Exception as exc:
+        _land(slot, flight, error=exc)
+        raise
+    except BaseException:  # cancelled: a caller waiting answers instead
+        _land(slot, flight, _RETRY)
         raise
     finally:
-        if _inflight.get(slot) is flight:
-            del _inflight[slot]
+        if claim is not None:  # failed or cancelled: others may take over at once
+            claim.let_go()
 
 
-def _seen(future: asyncio.Future[Any]) -> None:
-    if not future.cancelled():
-        future.exception()
+_DOWN: Any = object()  # what a failed lookup leaves: neither an entry nor a miss
 
 
-async def _lookup(
-    cache: Cache, key: str, decode: Callable[[Any], T], tree: EventTree, node: EventNode
-) -> tuple[T, Any] | None:
-    """(decoded value, stored value) of the entry under ``key``, recorded as a hit;
-    ``None`` on a miss.
+async def _claim(
+    cache: Cache, guard: Guard, key: str, decode: Callable[[Any], T], tree: EventTree,
+    node: EventNode,
+) -> tuple[T, Any] | _Claim | None:  # fmt: skip
+    """Take the backend's lock on ``key``, or wait for the process holding it to answer.
 
-    A failing backend and an entry that does not decode are misses, recorded.
+    Returns the answer (decoded, stored) when it was stored meanwhile, a held
+    `_Claim` when this caller is to call the model, or ``None`` when the lock
+    failed (recorded): then the caller calls the model without it.
     """
-    guard = guard_for(cache, _label)
-    try:
-        entry = await guard.call(
-            "get", functools.partial(cache.get, key), guard.timeout_s, check=_entry_problem
-        )
-    except Unavailable as exc:
-        _contain(cache, exc, tree, node, key)
-        return None
-    if entry is None:
-        return None
+    lock: CacheLock = cache  # type: ignore[assignment]
+    owner = f"{_HOST}:{os.getpid()}:{uuid.uuid4().hex}"
+    take = functools.partial(lock.try_lock, key, owner, guard.lock_s)
+    read = functools.partial(cache.get, key)
+    since: float | None = None
+    pause = POLL_FIRST_S
+    while True:
+        try:
+            held = await guard.call("try_lock", take, guard.timeout_s, check=_lock_problem)
+        except Unavailable as exc:
+            _contain(cache, exc, tree, node, key)
+            return None
+        if held:
+            claim = _Claim(cache, guard, key, owner, tree, node)
+            try:
+                # The holder before may have stored the answer just before it let go.
+                entry = await guard.call("get", read, guard.timeout_s, check=_entry_problem)
+            except Unavailable as exc:
+                _contain(cache, exc, tree, node, key)
+                entry = None
+            except BaseException:
+                claim.let_go()
+                raise
+            if entry is not None:
+                hit = _decoded(entry, decode, key, tree, node, _waited(since))
+                if hit is not None:
+                    claim.let_go()
+                    return hit
+            claim.keep()
+            return claim
+        if since is None:  # another process is answering this very request
+            since = time.monotonic()
+            tree.add_event(node, "cache_wait", key=key)
+        await asyncio.sleep(pause)
+        pause = min(pause * 2, POLL_MAX_S)
+        try:
+            entry = await guard.call("get", read, guard.timeout_s, check=_entry_problem)
+        except Unavailable as exc:
+            _contain(cache, exc, tree, node, key)
+            return None
+        if entry is not None:
+            hit = _decoded(entry, decode, key, tree, node, _waited(since))
+            if hit is not None:
+                return hit
+
+
+def _waited(since: float | None) -> dict[str, Any]:
+    if since is None:
+        return {}
+    return {"deduplicated": True, "waited_s": round(time.monotonic() - since, 3)}
+
+
+def _decoded(
+    entry: Any, decode: Callable[[Any], T], key: str, tree: EventTree, node: EventNode,
+    extra: dict[str, Any] | None = None,
+) -> tuple[T, Any] | None:  # fmt: skip
+    """(decoded value, stored value) of an entry, recorded as a hit; ``None`` when it
+    does not decode (a stale or foreign entry: recorded, and a miss)."""
     try:
         result = decode(entry["value"])
         now = time.time()
         age = max(0.0, now - float(entry.get("stored_at", now)))
-    except Exception as exc:  # a stale or foreign entry: treat as a miss
+    except Exception as exc:
         tree.add_event(node, "cache_error", key=key, operation="decode", error=str(exc)[:200])
         return None
     node.metrics["cache"] = "hit"
-    tree.add_event(node, "cache_hit", key=key, age_s=round(age, 3))
+    if extra:
+        tree.add_event(node, "cache_hit", key=key, age_s=round(age, 3), **extra)
+    else:
+        tree.add_event(node, "cache_hit", key=key, age_s=round(age, 3))
     return result, entry["value"]
 
 

@@ -9,7 +9,9 @@ works again. A call that answers against the protocol (a method that is not
 async, or a result its ``check`` refuses) is such a failure too. Settings
 (environment, read when a backend is first used):
 ``GROUNDSWELL_CACHE_TIMEOUT_S``, ``GROUNDSWELL_CACHE_BUST_TIMEOUT_S``,
-``GROUNDSWELL_CACHE_SKIP_AFTER``, ``GROUNDSWELL_CACHE_SKIP_FOR_S``.
+``GROUNDSWELL_CACHE_SKIP_AFTER``, ``GROUNDSWELL_CACHE_SKIP_FOR_S``, and
+``GROUNDSWELL_CACHE_LOCK_S`` (the lease of a backend's lock, for backends that
+offer one: see `groundswell.cache.CacheLock`).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BUST_TIMEOUT_S",
+    "LOCK_S",
     "SKIP_AFTER",
     "SKIP_FOR_S",
     "TIMEOUT_S",
@@ -53,6 +56,9 @@ BUST_TIMEOUT_S = 10.0
 SKIP_AFTER = 3
 #: Seconds a failing backend is skipped before one call tries it again.
 SKIP_FOR_S = 30.0
+#: Seconds a backend lock (`groundswell.cache.CacheLock`) lasts unless its holder renews
+#: it: how soon another process takes over from a holder that died.
+LOCK_S = 10.0
 
 
 class Unavailable(Exception):
@@ -111,6 +117,7 @@ class Guard:
         self.bust_timeout_s = _setting("GROUNDSWELL_CACHE_BUST_TIMEOUT_S", BUST_TIMEOUT_S)
         self.skip_after = int(_setting("GROUNDSWELL_CACHE_SKIP_AFTER", SKIP_AFTER))
         self.skip_for_s = _setting("GROUNDSWELL_CACHE_SKIP_FOR_S", SKIP_FOR_S)
+        self.lock_s = _setting("GROUNDSWELL_CACHE_LOCK_S", LOCK_S)
         # Failures in a row and skipped-until times (time.monotonic()), by
         # operation and "*" for the backend; empty while all is well.
         self.streaks: dict[str, int] = {}

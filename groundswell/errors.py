@@ -4,6 +4,7 @@ Every error a user can catch derives from `GroundswellError`::
 
     GroundswellError
     ├── ConfigurationError          bad arguments or settings; fix the call
+    │   └── MissingAwait            a workflow ended with a step it never awaited
     ├── ModelAPIError               the Anthropic API answered with an error
     ├── ResponseValidationError     the model's reply did not fit the response_format
     ├── ToolError                   a tool could not be defined or run
@@ -27,6 +28,7 @@ __all__ = [
     "ExtractionError",
     "GroundswellError",
     "MaxTurnsExceeded",
+    "MissingAwait",
     "ModelAPIError",
     "PluginError",
     "ResponseValidationError",
@@ -43,6 +45,21 @@ class GroundswellError(Exception):
 
 class ConfigurationError(GroundswellError, ValueError):
     """An argument or setting is invalid; the message says which and how to fix it."""
+
+
+class MissingAwait(ConfigurationError):
+    """A workflow ended with a step it never awaited, or returned a coroutine: add ``await``.
+
+    ``ctx.step(...)`` (like ``agent.prompt(...)``) makes a coroutine that runs
+    only when awaited; without ``await`` the step would be skipped without a
+    word. ``steps`` names the steps that never started (empty when only the
+    output was a coroutine). A workflow run raises it as the ``__cause__`` of
+    its `WorkflowError`.
+    """
+
+    def __init__(self, message: str, *, steps: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.steps = steps
 
 
 class ModelAPIError(GroundswellError):

@@ -17,13 +17,14 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from .tree import EventNode
 
-__all__ = ["Event", "EventKind", "Sink", "SinkHub", "sink_problems"]
+__all__ = ["Event", "EventKind", "RunSinks", "Sink", "SinkHub", "sink_problems"]
 
 logger = logging.getLogger("groundswell.sinks")
 
@@ -89,7 +90,14 @@ class Sink(Protocol):
     thread; the methods never run on an event loop, so blocking there is fine
     and ``async def`` is refused (nothing would await it). An exception in any
     method is counted and logged once, never raised into a run. An optional
-    ``flush()`` is called each time the sink has caught up with its queue.
+    ``flush()`` is called each time the sink has caught up with its queue; when
+    it returns ``False`` (it could not finish, say for want of file descriptors)
+    it is called again about `POLL_S` seconds later.
+
+    An optional ``every_run`` attribute, read once when the sink starts, says
+    which runs reach it: ``True`` (or absent), every run; ``False``, only the
+    runs that ask for it with `groundswell.observe_run`. A run no sink takes
+    costs nothing for them: its tree is not observed at all.
     """
 
     def handle(self, event: Event) -> None:
@@ -102,6 +110,12 @@ class Sink(Protocol):
 def sink_problems(sink: object) -> list[str]:
     """What keeps ``sink`` from working as an event sink, in plain words (empty: nothing)."""
     problems: list[str] = []
+    every_run = getattr(sink, "every_run", True)
+    if not isinstance(every_run, bool):
+        problems.append(
+            f"every_run must be True (every run) or False (only runs that ask for it with "
+            f"observe_run), got {every_run!r}"
+        )
     for name in ("handle", "flush", "close"):
         method = getattr(sink, name, None)
         if method is None:
@@ -140,6 +154,9 @@ class _SinkWorker:
     def __init__(self, name: str, sink: Sink) -> None:
         self.name = name
         self.sink = sink
+        #: False: only the runs that ask for the sink (`SinkHub.join`) reach it.
+        self.every_run: bool = getattr(sink, "every_run", True)
+        self.stopped = False  # set by stop(): runs that joined the sink stop sending to it
         self.delivered = 0
         self.errors = 0
         self.dropped = 0
@@ -195,15 +212,16 @@ class _SinkWorker:
 
     def _run(self) -> None:
         events = self._events
-        pending = False  # events handled since the sink's flush() last ran
+        pending = False  # events handled since the sink's flush() last ran (or it asked again)
+        retry = False  # flush() returned False: call it again after a sleep, not at once
         while True:
             try:
                 item = events.popleft()
             except IndexError:
-                if pending and self._drained is not None:
-                    pending = False
-                    self._call(self._drained)
+                if pending and not retry and self._drained is not None:
+                    pending = retry = self._flush_sink()
                     continue
+                retry = False
                 with self._wake:
                     self._sleeping = True
                     # Checked again under the lock: an event appended just before
@@ -214,8 +232,7 @@ class _SinkWorker:
                 continue
             if isinstance(item, _Marker):
                 if pending and self._drained is not None:
-                    pending = False
-                    self._call(self._drained)
+                    pending = retry = self._flush_sink()
                 item.done.set()
                 continue
             if isinstance(item, _Stop):
@@ -225,6 +242,18 @@ class _SinkWorker:
                 self.delivered += 1
                 pending = True
 
+    def _flush_sink(self) -> bool:
+        """Call the sink's ``flush()``; True when it returned False, asking to be called again."""
+        flush: Any = self._drained  # typed to return None; a sink may return False, or worse
+        try:
+            result = flush()
+            if result is not None and inspect.isawaitable(result):
+                raise TypeError(_unawaited(flush, result))
+        except BaseException as exc:  # even SystemExit: a sink must never reach the run
+            self._failed(exc)
+            return False
+        return result is False
+
     def _call(self, fn: Any, *args: Any) -> bool:
         try:
             result = fn(*args)
@@ -232,16 +261,19 @@ class _SinkWorker:
                 raise TypeError(_unawaited(fn, result))
             return True
         except BaseException as exc:  # even SystemExit: a sink must never reach the run
-            self.errors += 1
-            if not self._reported_error:
-                self._reported_error = True
-                logger.warning(
-                    "event sink %r raised %s: %s (reported once; the run goes on)",
-                    self.name,
-                    type(exc).__name__,
-                    exc,
-                )
+            self._failed(exc)
             return False
+
+    def _failed(self, exc: BaseException) -> None:
+        self.errors += 1
+        if not self._reported_error:
+            self._reported_error = True
+            logger.warning(
+                "event sink %r raised %s: %s (reported once; the run goes on)",
+                self.name,
+                type(exc).__name__,
+                exc,
+            )
 
     def flush(self, deadline: float) -> bool:
         if not self._thread.is_alive():
@@ -267,6 +299,7 @@ class _SinkWorker:
 
     def stop(self) -> None:
         """Ask the worker to handle what is queued, flush, close the sink and end."""
+        self.stopped = True
         self._push(_STOP, urgent=True)
 
     def join(self, deadline: float, timeout: float) -> None:
@@ -334,11 +367,45 @@ def _stop_all(workers: list[_SinkWorker], timeout: float) -> None:
         worker.join(deadline, timeout)
 
 
+class _Observable(Protocol):
+    """What `SinkHub.join` needs of a run's tree (`groundswell.EventTree`)."""
+
+    @property
+    def delivery(self) -> Callable[[Event], None] | None: ...
+
+    def dispatch_to(self, deliver: Callable[[Event], None] | None) -> None: ...
+
+
+class RunSinks:
+    """Where the events of a run that asked for sinks go (`SinkHub.join`).
+
+    ``base`` is what the run delivered to before (the sinks taking every run, or
+    nothing), ``joined`` the workers of the sinks it asked for.
+    """
+
+    __slots__ = ("base", "joined")
+
+    def __init__(
+        self, base: Callable[[Event], None] | None, joined: tuple[_SinkWorker, ...]
+    ) -> None:
+        self.base = base
+        self.joined = joined
+
+    def __call__(self, event: Event) -> None:
+        if self.base is not None:
+            self.base(event)
+        for worker in self.joined:
+            if not worker.stopped:
+                worker.put(event)
+
+
 class SinkHub:
-    """Delivers every event to every sink, each in isolation."""
+    """Delivers events to sinks, each in isolation: every run to the sinks that take
+    every run, and a run to the sinks it asked for (`join`)."""
 
     def __init__(self, sinks: dict[str, Sink] | None = None) -> None:
         self._workers: list[_SinkWorker] = []
+        self._every: list[_SinkWorker] = []  # the workers whose sinks take every run
         self._lock = threading.Lock()
         for name, sink in (sinks or {}).items():
             self.add(name, sink)
@@ -350,6 +417,11 @@ class SinkHub:
         """The names of the sinks receiving events."""
         return [w.name for w in self._workers]
 
+    def _set_workers(self, workers: list[_SinkWorker]) -> None:
+        # Replace the lists instead of mutating them: delivery iterates without a lock.
+        self._workers = workers
+        self._every = [w for w in workers if w.every_run]
+
     def add(self, name: str, sink: Sink) -> None:
         """Start delivering events to ``sink`` under ``name``."""
         problems = sink_problems(sink)
@@ -358,20 +430,77 @@ class SinkHub:
         with self._lock:
             if name in self.names():
                 raise ValueError(f"an event sink named {name!r} is already attached")
-            # Replace the list instead of mutating it: dispatch() iterates without a lock.
-            self._workers = [*self._workers, _SinkWorker(name, sink)]
+            self._set_workers([*self._workers, _SinkWorker(name, sink)])
 
     def remove(self, name: str, timeout: float | None = None) -> None:
         """Stop delivering to the sink ``name``: flush it, then close it (see `close`)."""
         with self._lock:
             gone = [w for w in self._workers if w.name == name]
-            self._workers = [w for w in self._workers if w.name != name]
+            self._set_workers([w for w in self._workers if w.name != name])
         _stop_all(gone, _close_timeout() if timeout is None else timeout)
 
     def dispatch(self, event: Event) -> None:
         """Queue ``event`` for every sink; never blocks, never raises."""
         for worker in self._workers:
             worker.put(event)
+
+    def deliver(self, event: Event) -> None:
+        """Queue ``event`` for every sink that takes every run; never blocks, never raises."""
+        for worker in self._every:
+            worker.put(event)
+
+    def run_delivery(self) -> Callable[[Event], None] | None:
+        """What a new run's tree sends its changes to: `deliver`, or ``None`` when no sink
+        takes every run (the run then costs nothing until it asks for a sink, see `join`)."""
+        return self.deliver if self._every else None
+
+    def join(
+        self,
+        sink: str | type[Any],
+        tree: _Observable,
+        replay: Callable[[], list[Event]] | None = None,
+    ) -> bool:
+        """Send the rest of ``tree``'s events to the sink named ``sink`` too (or, for a class,
+        to every sink of that class); False when there is no such sink.
+
+        For sinks that take only the runs that ask for them (``every_run =
+        False``): the tree's delivery becomes a `RunSinks` that includes them.
+        Such a sink first gets the events ``replay()`` returns (what it needs of
+        the run so far), on every call.
+        """
+        with self._lock:
+            if isinstance(sink, str):
+                workers = [w for w in self._workers if w.name == sink]
+            else:
+                workers = [w for w in self._workers if isinstance(w.sink, sink)]
+            if not workers:
+                return False
+            delivery = tree.delivery
+            events: list[Event] | None = None
+            for worker in workers:
+                reached = self._reaches(delivery, worker)
+                if reached and worker.every_run:
+                    continue  # it gets every event of the run already
+                if events is None:
+                    events = replay() if replay is not None else []
+                for event in events:
+                    worker.put(event)
+                if reached:
+                    continue
+                if isinstance(delivery, RunSinks):
+                    delivery.joined = (*delivery.joined, worker)
+                else:
+                    delivery = RunSinks(delivery, (worker,))
+                    tree.dispatch_to(delivery)
+            return True
+
+    def _reaches(self, delivery: Callable[[Event], None] | None, worker: _SinkWorker) -> bool:
+        """Whether ``delivery`` (a tree's) already sends its events to ``worker``."""
+        if isinstance(delivery, RunSinks):
+            return worker in delivery.joined or self._reaches(delivery.base, worker)
+        if delivery == self.dispatch:
+            return True
+        return delivery == self.deliver and worker.every_run
 
     def flush(self, timeout: float = 5.0) -> bool:
         """Wait until every sink has handled its queued events; False on timeout."""
@@ -388,7 +517,8 @@ class SinkHub:
         holds up the caller or interpreter exit.
         """
         with self._lock:
-            workers, self._workers = self._workers, []
+            workers = self._workers
+            self._set_workers([])
         _stop_all(workers, _close_timeout() if timeout is None else timeout)
 
     def stats(self) -> dict[str, dict[str, int]]:

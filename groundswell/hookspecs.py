@@ -70,7 +70,12 @@ class _Record:
 
 @dataclass(frozen=True, slots=True)
 class CacheBackend(_Record):
-    """A cache backend: ``factory()`` returns a `groundswell.Cache`, once per process."""
+    """A cache backend: ``factory()`` returns a `groundswell.Cache`, once per process.
+
+    A backend shared between processes may also offer the optional lock
+    (``try_lock``/``unlock``, `groundswell.cache.CacheLock`), so that processes
+    asking the same thing at once make one model call between them.
+    """
 
 
 @dataclass(frozen=True, slots=True)

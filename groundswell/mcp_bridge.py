@@ -24,9 +24,10 @@ import os
 import re
 import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from ._scrub import scrub_argv
 from ._serialize import scrub
 from .errors import ConfigurationError, ToolError
 from .mcp_config import (
@@ -100,9 +101,10 @@ class LocalServer:
     """
 
     name: str
-    target: Any  # an MCPServer, or mcp's StdioServerParameters
+    # An MCPServer, or mcp's StdioServerParameters; kept out of repr: its args may hold a token.
+    target: Any = field(repr=False)
     timeout: float
-    key: tuple[Any, ...]
+    key: tuple[Any, ...] = field(repr=False)
 
     @property
     def transport(self) -> str:
@@ -357,7 +359,9 @@ class MCPBridge:
             if fresh and frame is not None and tree is not None:
                 payload: dict[str, Any] = {"transport": server.transport}
                 if server.transport == "stdio":
-                    payload["command"] = [server.target.command, *server.target.args]
+                    # The recorded copy: the server runs with its real arguments.
+                    args = scrub_argv(server.target.args)
+                    payload["command"] = [scrub(server.target.command), *args]
                 if session is not None:
                     payload["session"] = session.label
                 node = tree.start_node(

@@ -17,6 +17,7 @@ import shutil
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from ._scrub import argv_secrets
 from ._serialize import register_secret
 from .errors import ConfigurationError
 
@@ -234,9 +235,22 @@ def _program_of(command: str, path: Any) -> str | None:
 
 
 def register_mcp_secrets(mcps: Sequence[Any]) -> None:
-    """Remember the tokens and env values of MCP configs as secrets, to scrub them everywhere."""
+    """Remember the secrets of MCP configs, to scrub them everywhere.
+
+    Tokens, ``env`` values, and the values of secret flags in a stdio server's
+    ``args`` (``--api-key VALUE``, ``--token=VALUE``, ``-pVALUE``: a server
+    may echo its command line to its stderr, which is logged and recorded).
+    """
     for item in mcps:
         if isinstance(item, Mapping):
-            for secret in [item.get("authorization_token"), *dict(item.get("env") or {}).values()]:
+            args = item.get("args")
+            flagged: list[str] = []
+            if isinstance(args, list | tuple) and all(isinstance(a, str) for a in args):
+                flagged = argv_secrets(args)  # other args: check_stdio refuses them
+            for secret in [
+                item.get("authorization_token"),
+                *dict(item.get("env") or {}).values(),
+                *flagged,
+            ]:
                 if secret:
                     register_secret(str(secret))

@@ -7,14 +7,13 @@ names the path to where it really happened and chains the original error.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from ._serialize import error_record
 from .errors import StepTimeout, WorkflowError
-from .tree import EventNode, EventTree, NodeStatus
+from .tree import CANCELLATIONS, EventNode, EventTree, NodeStatus
 
 __all__ = ["WorkflowResult"]
 
@@ -132,7 +131,7 @@ def _failure_path(exc: BaseException, tree: EventTree) -> str | None:
 
 def end_failed(tree: EventTree, node: EventNode, exc: BaseException) -> None:
     """End ``node`` after ``exc``, remembering it as where ``exc`` failed (unless cancelled)."""
-    if not isinstance(exc, asyncio.CancelledError):
+    if not isinstance(exc, CANCELLATIONS):
         _mark_failure(exc, tree, node)
     tree.end_node_after(node, exc)
 

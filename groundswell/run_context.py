@@ -13,6 +13,8 @@ from contextvars import ContextVar, Token
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .events import Event
+from .node import start_record
 from .plugins import get_plugin_manager
 from .tree import EventNode, EventTree
 
@@ -27,6 +29,7 @@ __all__ = [
     "current_tree",
     "enter_frame",
     "new_run_tree",
+    "observe_run",
     "record_event",
     "reset_frame",
     "set_frame",
@@ -112,9 +115,46 @@ def record_event(type: str, **data: Any) -> dict[str, Any] | None:
 
 
 def new_run_tree() -> EventTree:
-    """A fresh tree for a top-level run, wired to the registered event sinks."""
+    """A fresh tree for a top-level run, wired to the event sinks that take every run.
+
+    When no sink takes every run, the tree is not observed at all (a run costs
+    nothing for sinks) until code in the run asks for one with `observe_run`.
+    """
     tree = EventTree()
-    hub = get_plugin_manager().sink_hub()
-    if hub:
-        tree.dispatch_to(hub.dispatch)
+    deliver = get_plugin_manager().sink_hub().run_delivery()
+    if deliver is not None:
+        tree.dispatch_to(deliver)
     return tree
+
+
+def observe_run(sink: str | type[Any], tree: EventTree | None = None) -> bool:
+    """Send the events of the current run (or of ``tree``'s) to the event sink ``sink`` too.
+
+    ``sink`` is a sink's name, or a class: every running sink of that class.
+    For a sink that takes only the runs that ask for it (``every_run = False``,
+    such as the bundled ``history`` sink) this is how a run reaches it: the
+    sink first gets a ``node_start`` for each node from the run's root down to
+    the current node, as they are now (running, with the events recorded on
+    them so far), then every later event of the run. Each call sends that path
+    again, so such a sink takes a ``node_start`` of a node it has seen as
+    nothing new. Returns ``False`` outside a run or when no such sink is
+    running; a sink that takes every run has the run's events already.
+    """
+    frame = _frame.get()
+    if tree is None:
+        if frame is None:
+            return False
+        tree = frame.tree
+    run_tree = tree
+
+    def path() -> list[Event]:
+        if frame is None or frame.tree is not run_tree or frame.node.id not in run_tree:
+            return []
+        nodes = run_tree.get_ancestors(frame.node.id)
+        nodes.reverse()
+        nodes.append(frame.node)
+        root = run_tree.root
+        run_id = root.id if root is not None else ""
+        return [Event("node_start", node, start_record(node), run_id) for node in nodes]
+
+    return get_plugin_manager().sink_hub().join(sink, tree, path)

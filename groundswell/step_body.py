@@ -8,17 +8,18 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Coroutine, Mapping
 from types import CoroutineType, FunctionType
 from typing import Any, TypeVar
 
-from .errors import ConfigurationError, StepTimeout
+from .errors import ConfigurationError, MissingAwait, StepTimeout
 from .tree import EventNode, EventTree, NodeStatus
 
-__all__ = ["call_body", "start_body", "within_timeout"]
+__all__ = ["call_body", "check_awaited", "start_body", "within_timeout"]
 
 T = TypeVar("T")
 _COROUTINE = inspect.CO_COROUTINE
+CORO_CREATED = inspect.CORO_CREATED
 
 
 def start_body(name: str, fn: Any) -> Awaitable[Any]:
@@ -78,3 +79,44 @@ async def within_timeout(body: Awaitable[T], timeout: float, tree: EventTree, no
         )
         tree.end_node(node, NodeStatus.CANCELLED, error=timed_out)
         raise timed_out from exc
+
+
+def check_awaited(
+    workflow: str, unstarted: Mapping[int, Coroutine[Any, Any, Any]], output: Any
+) -> None:
+    """Raise `MissingAwait` if workflow ``workflow`` returned ``output`` while a step it
+    made never started (``unstarted``: its steps not started yet), or if ``output`` is a
+    coroutine.
+
+    A step whose task was cancelled before it could start (a ``TaskGroup`` whose
+    sibling failed) was awaited, and does not count. The forgotten coroutines are
+    closed (unless a task still holds one), so Python's "never awaited" warning
+    does not repeat the error.
+    """
+    forgotten = [
+        body for body in unstarted.values() if inspect.getcoroutinestate(body) == CORO_CREATED
+    ]
+    returned = output if isinstance(output, CoroutineType) else None
+    if not forgotten and returned is None:
+        return
+    names = tuple(str(inspect.getcoroutinelocals(body).get("name")) for body in forgotten)
+    held = {id(task.get_coro()) for task in asyncio.all_tasks()}
+    dropped = forgotten if returned is None else [*forgotten, returned]
+    for coro in dropped:
+        if id(coro) not in held and inspect.getcoroutinestate(coro) == CORO_CREATED:
+            coro.close()  # never started: closing runs none of it
+    if returned is not None and not any(body is returned for body in forgotten):
+        raise MissingAwait(
+            f"workflow {workflow!r} returned a coroutine ({returned.__qualname__}) instead of "
+            "its result: add `await` (`return await ...`)",
+            steps=names,
+        )
+    listed = ", ".join(repr(n) for n in names[:5]) + (", ..." if len(names) > 5 else "")
+    steps = "a step" if len(names) == 1 else f"{len(names)} steps"
+    raise MissingAwait(
+        f"workflow {workflow!r} ended with {steps} it never awaited ({listed}): "
+        "ctx.step(...) makes a coroutine that runs only when awaited; add `await` "
+        "(`await ctx.step(...)`), or await the task or gather running it before the "
+        "workflow returns",
+        steps=names,
+    )

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dis
 import inspect
 import json
 import math
 import os
 import re
+import signal
 import sys
 import typing
 import weakref
@@ -42,6 +44,7 @@ __all__ = [
     "check_skills",
     "check_timeout",
     "check_tools",
+    "is_interrupt",
     "tool_error_text",
     "tool_for",
     "tool_result_content",
@@ -207,6 +210,47 @@ def tool_error_text(exc: BaseException) -> str:
     if isinstance(exc, ToolFailed):
         return exc.content
     return f"{type(exc).__name__}: {exc}"
+
+
+_RAISE = dis.opmap["RAISE_VARARGS"]
+_SIGNALS = tuple(
+    getattr(signal, name)
+    for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGBREAK")
+    if hasattr(signal, name)
+)
+
+
+def is_interrupt(exc: BaseException) -> bool:
+    """Whether ``exc``, raised in a tool call, stops the run rather than being its error result.
+
+    True only for a ``KeyboardInterrupt`` or ``SystemExit`` that a signal brought: raised
+    in a Python signal handler the process has installed (``asyncio.run``'s own, on a
+    second Ctrl-C; one that calls ``sys.exit``), or a ``KeyboardInterrupt`` that Python's
+    default SIGINT handler raised wherever the main thread was (not at a ``raise``).
+    One a tool raises itself, or that comes from a worker thread (where no signal
+    arrives), is an error like any other. (Under ``asyncio.run`` a first Ctrl-C
+    cancels the run's task instead: that is a ``CancelledError``, not this.)
+    """
+    if not isinstance(exc, KeyboardInterrupt | SystemExit):
+        return False
+    handlers = set()
+    for signum in _SIGNALS:
+        try:
+            handler = signal.getsignal(signum)
+        except (OSError, ValueError):  # pragma: no cover - a signal this platform refuses
+            continue
+        code = getattr(getattr(handler, "__func__", handler), "__code__", None)
+        if code is not None:
+            handlers.add(code)
+    tb, last = exc.__traceback__, None
+    while tb is not None:
+        if tb.tb_frame.f_code in handlers:
+            return True
+        last, tb = tb, tb.tb_next
+    if last is None or not isinstance(exc, KeyboardInterrupt):
+        return last is None  # no traceback to tell by: treat it as the user's
+    code = last.tb_frame.f_code
+    return code.co_code[last.tb_lasti] != _RAISE
 
 
 @typing.runtime_checkable

@@ -51,6 +51,8 @@ FORMAT_VERSION = 1
 # What users' code fills in; the rest of a node's record (ids, type, status,
 # times, child ids) the tree writes itself, so only these need scrubbing.
 _FREE_FIELDS = ("name", "payload", "metrics", "events", "error")
+#: What ends a node ``cancelled`` rather than ``failed`` (`EventTree.end_node_after`).
+CANCELLATIONS = (asyncio.CancelledError, KeyboardInterrupt, GeneratorExit)
 
 
 class EventTree:
@@ -69,6 +71,11 @@ class EventTree:
     def dispatch_to(self, deliver: Callable[[Event], None] | None) -> None:
         """Send every later change of this tree to ``deliver`` (e.g. the event sinks' hub)."""
         self._dispatch = deliver
+
+    @property
+    def delivery(self) -> Callable[[Event], None] | None:
+        """What changes of this tree are sent to (`dispatch_to`), or None."""
+        return self._dispatch
 
     @property
     def observed(self) -> bool:
@@ -155,8 +162,12 @@ class EventTree:
             self._dispatch(Event("node_end", node, end_record(node), self._run_id()))
 
     def end_node_after(self, node: EventNode, exc: BaseException) -> None:
-        """Finish ``node`` after ``exc``: ``cancelled`` for a cancellation, else ``failed``."""
-        if isinstance(exc, asyncio.CancelledError):
+        """Finish ``node`` after ``exc``: ``cancelled`` for a cancellation, else ``failed``.
+
+        A Ctrl-C (``KeyboardInterrupt``) and a coroutine closed before it finished
+        (``GeneratorExit``) cancel the node too.
+        """
+        if isinstance(exc, CANCELLATIONS):
             self.end_node(node, NodeStatus.CANCELLED)
         else:
             self.end_node(node, NodeStatus.FAILED, error=exc)

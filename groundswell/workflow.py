@@ -14,9 +14,11 @@ from __future__ import annotations
 import copy
 import functools
 import inspect
+import itertools
 import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
+from types import CoroutineType
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, Unpack, cast, overload
 
 from ._serialize import jsonable
@@ -44,7 +46,7 @@ from .prompt import check_cache_name
 from .reflection import ReflectionAPI, ReflectionConfig, resolve_config, retry_step
 from .revision import replace_last_prompt
 from .run_context import Frame, current_frame, enter_frame, new_run_tree, reset_frame, set_frame
-from .step_body import call_body, start_body, within_timeout
+from .step_body import call_body, check_awaited, start_body, within_timeout
 from .tree import EventNode, EventTree, NodeStatus, NodeType
 from .workflow_input import input_model, validate_input
 from .workflow_options import WorkflowOptions, refuse_unknown
@@ -73,8 +75,10 @@ class WorkflowContext:
     """What a workflow function gets as ``ctx``: steps, state, spawning, its node and tree."""
 
     __slots__ = (
+        "_keys",
         "_last_state",
         "_tree",
+        "_unstarted",
         "cache",
         "engine",
         "node",
@@ -103,6 +107,10 @@ class WorkflowContext:
         self.cache: Any = workflow.cache
         #: Reflection settings and history of this run (see `ReflectionAPI`).
         self.reflection = ReflectionAPI(workflow.reflection, node.id)
+        # Steps made (``ctx.step(...)`` called) but not started yet, by a key of their
+        # own: one still here when the workflow returns was never awaited.
+        self._unstarted: dict[int, Coroutine[Any, Any, Any]] = {}
+        self._keys = itertools.count()
 
     @property
     def workflow_id(self) -> str:
@@ -115,7 +123,7 @@ class WorkflowContext:
         return self._tree
 
     @overload
-    async def step(
+    def step(
         self,
         name: str,
         fn: Callable[[], Awaitable[R]],
@@ -123,9 +131,9 @@ class WorkflowContext:
         timeout: float | None = None,
         reflection: ReflectionConfig | bool | None = None,
         token_budget: TokenBudget | None = None,
-    ) -> R: ...
+    ) -> Coroutine[Any, Any, R]: ...
     @overload
-    async def step(
+    def step(
         self,
         name: str,
         fn: Awaitable[R],
@@ -133,9 +141,9 @@ class WorkflowContext:
         timeout: float | None = None,
         reflection: ReflectionConfig | bool | None = None,
         token_budget: TokenBudget | None = None,
-    ) -> R: ...
+    ) -> Coroutine[Any, Any, R]: ...
     @overload
-    async def step(
+    def step(
         self,
         name: str,
         fn: Callable[[], R],
@@ -143,9 +151,9 @@ class WorkflowContext:
         timeout: float | None = None,
         reflection: ReflectionConfig | bool | None = None,
         token_budget: TokenBudget | None = None,
-    ) -> R: ...
+    ) -> Coroutine[Any, Any, R]: ...
 
-    async def step(
+    def step(
         self,
         name: str,
         fn: Any,
@@ -153,8 +161,8 @@ class WorkflowContext:
         timeout: float | None = None,
         reflection: ReflectionConfig | bool | None = None,
         token_budget: TokenBudget | None = None,
-    ) -> Any:
-        """Run ``fn`` as a step named ``name`` and return its result.
+    ) -> Coroutine[Any, Any, Any]:
+        """Run ``fn`` as a step named ``name`` and return its result: ``await ctx.step(...)``.
 
         ``fn`` is an async callable, an awaitable, or a sync callable (run in a
         worker thread; an awaitable it returns is then awaited). Everything it
@@ -172,7 +180,25 @@ class WorkflowContext:
         ``token_budget`` applies to agent prompts inside the step (over the
         agent's own budget; see `TokenBudget`); without it,
         the enclosing budget's ``per_step`` entry for ``name`` does.
+
+        Like an ``async def`` call, it returns a coroutine that runs the step when
+        awaited (directly, or by a task or ``asyncio.gather``). A workflow that
+        returns while a step it made has not started fails with `MissingAwait`.
         """
+        key = next(self._keys)  # atomic: a step may be made in a worker thread too
+        body = self._unstarted[key] = self._step(key, name, fn, timeout, reflection, token_budget)
+        return body
+
+    async def _step(
+        self,
+        key: int,
+        name: str,
+        fn: Any,
+        timeout: float | None,
+        reflection: ReflectionConfig | bool | None,
+        token_budget: TokenBudget | None,
+    ) -> Any:
+        del self._unstarted[key]  # started: awaited, or run by a task
         if not isinstance(name, str) or not name:
             raise ConfigurationError(f"step name must be a non-empty string, got {name!r}")
         if timeout is not None and (
@@ -515,6 +541,8 @@ class Workflow(Generic[P, T]):
         started = time.perf_counter()
         try:
             output = await self.executor(ctx, *args, **kwargs)
+            if ctx._unstarted or output.__class__ is CoroutineType:  # a forgotten `await`
+                check_awaited(self.name, ctx._unstarted, output)
         except BaseException as exc:
             self._record_state(node, ctx)
             note_detached(tree, node)

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from groundswell_history import HistorySink, HistoryStore, set_task, task_signature
+from groundswell_history import HistorySink, HistoryStore, default_url, set_task, task_signature
 from groundswell_history import sink as history_sink
 
 import groundswell
@@ -250,3 +252,113 @@ async def test_one_refused_write_never_holds_back_the_sessions_after_it(
     if history_store.engine.dialect.name == "postgresql":
         assert sink.dropped >= 1
         assert any("refused start_session" in r.getMessage() for r in caplog.records)
+
+
+@pytest.fixture
+def default_sink(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[HistoryStore]:
+    """The bundled history sink as installed, recording only ``Agent(history=True)``
+    agents, into the default store (a file under a fresh ``GROUNDSWELL_HOME``)."""
+    monkeypatch.delenv("GROUNDSWELL_HISTORY_URL", raising=False)
+    monkeypatch.setenv("GROUNDSWELL_HOME", str(tmp_path))
+    manager = groundswell.get_plugin_manager()
+    manager.refresh_sinks("history")
+    assert "history" in manager.sink_hub().names()
+    with HistoryStore(default_url()) as store:
+        yield store
+    monkeypatch.delenv("GROUNDSWELL_HOME")
+    manager.refresh_sinks("history")
+
+
+def delivered_to_history() -> int:
+    assert groundswell.flush_sinks()
+    return groundswell.get_plugin_manager().sink_hub().stats()["history"]["delivered"]
+
+
+async def test_runs_without_history_send_the_history_sink_nothing(
+    default_sink: HistoryStore,
+) -> None:
+    quiet = Agent(name="quiet", client=FakeAnthropicAPI([text("ok")] * 2).client())
+
+    @workflow
+    async def plain(ctx: WorkflowContext) -> bool:
+        for n in range(20):
+            await ctx.step(f"s{n}", lambda: None)
+        await ctx.step("ask", quiet.prompt("hi"))
+        return ctx.event_tree.observed
+
+    before = delivered_to_history()
+    result = await plain.run()
+    assert await quiet.prompt("hi outside a workflow") == "ok"
+    assert result.output is False  # no sink takes the run: its changes go nowhere
+    assert delivered_to_history() == before
+    assert default_sink.sessions("quiet") == []
+
+    loud = Agent(name="loud", history=True, client=FakeAnthropicAPI([text("ok")]).client())
+    assert await loud.prompt("hi") == "ok"
+    assert delivered_to_history() > before
+    assert [s.status for s in default_sink.sessions("loud")] == ["completed"]
+
+
+async def test_a_history_agent_late_in_a_workflow_is_recorded_with_its_task(
+    default_sink: HistoryStore,
+) -> None:
+    fake = FakeAnthropicAPI([tool_use("lookup", {"city": "Oslo"}), text("a"), text("b")])
+    agent = Agent(name="late", tools=[lookup], history=True, client=fake.client())
+
+    async def branch(task: str) -> str:
+        set_task(f"Task {task}", category="c", task_id=task)
+        await asyncio.sleep(0)  # both branches start, with their tasks, before either asks
+        return await agent.prompt(f"do {task}")
+
+    @workflow
+    async def long(ctx: WorkflowContext) -> list[str]:
+        for n in range(30):  # none of this reaches the history sink
+            await ctx.step(f"s{n}", lambda: None)
+        return list(await asyncio.gather(ctx.step("x", branch("X")), ctx.step("y", branch("Y"))))
+
+    result = await long.run()
+    assert groundswell.flush_sinks()
+    sessions = {str(s.task_id): s for s in default_sink.sessions("late", include_iterations=True)}
+    assert sorted(sessions) == ["X", "Y"]
+    prompts = {p.id: p for p in result.tree.find(type=groundswell.NodeType.PROMPT)}
+    for task, session in sessions.items():
+        prompt = prompts[session.id]
+        assert result.tree.get_node(prompt.parent_id or "").name == task.lower()
+        assert session.task_signature == str(task_signature(f"Task {task}", "c"))
+        assert session.run_id == result.node.id and session.status == "completed"
+    turns = sorted(len(s.iterations or []) for s in sessions.values())
+    assert turns == [1, 3]  # one branch used the tool: model turn, tool call, model turn
+
+
+async def test_nested_history_agents_are_recorded_as_before(default_sink: HistoryStore) -> None:
+    fake = FakeAnthropicAPI(
+        [text("child answer"), tool_use("consult", {"question": "q"}), text("in"), text("out")]
+    )
+    recorded = Agent(name="recorded", history=True, client=fake.client())
+
+    async def consult(question: str) -> str:
+        """Ask the recorded agent."""
+        return await recorded.prompt(question)
+
+    plain = Agent(name="plain", tools=[consult], client=fake.client())
+
+    @workflow(name="child")
+    async def child(ctx: WorkflowContext) -> str:
+        return str(await ctx.step("ask", recorded.prompt("from the child")))
+
+    @workflow
+    async def parent(ctx: WorkflowContext) -> str:
+        async def delegate() -> str:
+            set_task("Delegated", task_id="D-1")
+            return str((await child.run()).output)
+
+        first = await ctx.step("delegate", delegate)
+        # Inside another agent's tool call: part of that prompt, not a session of its own.
+        second = await ctx.step("plain", plain.prompt("go"))
+        return f"{first} {second}"
+
+    assert (await parent.run()).output == "child answer out"
+    assert groundswell.flush_sinks()
+    (session,) = default_sink.sessions("recorded")
+    assert session.task_id == "D-1" and session.output_summary == "child answer"
+    assert default_sink.sessions("plain") == []

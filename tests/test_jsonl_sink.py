@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import os
 import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from groundswell_jsonl import TRACE_DIR_ENV, trace_path
+from groundswell_jsonl import MAX_OPEN, TRACE_DIR_ENV, trace_path
 
 import groundswell
 from groundswell import EventTree, NodeStatus, WorkflowContext, workflow
@@ -117,11 +120,156 @@ async def test_late_events_of_a_finished_run_keep_no_file_open(trace_dir: Path) 
     release.set()
     await asyncio.sleep(0.05)
     assert groundswell.flush_sinks()
-    sink = next(
+    sink: Any = next(
         w.sink for w in groundswell.get_plugin_manager().sink_hub()._workers if w.name == "jsonl"
     )
-    assert sink._files == {}
+    assert sink.open_files == 0 and sink.unwritten == 0
     result = caught.value.result
     assert result is not None
     tree = EventTree.load(trace_path(trace_dir, result.node.id))
     assert tree.find(name="slow")[0].status is NodeStatus.COMPLETED
+
+
+MANY_RUNS = """
+import asyncio, json, os, resource, sys
+
+resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))  # as under `ulimit -n 256`
+import groundswell
+from groundswell import workflow
+
+
+@workflow(name="many")
+async def many(ctx, n):
+    await ctx.step("a", lambda: n)
+    await asyncio.sleep(0.05)  # all the runs are live at once here
+    return await ctx.step("b", lambda: n + 1)
+
+
+async def main():
+    return await asyncio.gather(*(many.run(i) for i in range(int(sys.argv[1]))))
+
+
+results = asyncio.run(main())
+assert groundswell.flush_sinks(60)
+stats = groundswell.get_plugin_manager().sink_hub().stats()["jsonl"]
+print(json.dumps({"runs": [r.node.id for r in results], "stats": stats}))
+"""
+
+
+def _complete(path: Path | None, run_id: str) -> bool:
+    """The log parses, rebuilds a finished tree, and ends with the run's closing record."""
+    if path is None:
+        return False
+    records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    last = records[-1]
+    closed = last["kind"] == "node_end" and last["data"]["id"] == run_id
+    tree = EventTree.load(path)
+    return closed and tree.root is not None and tree.root.status is NodeStatus.COMPLETED
+
+
+@pytest.mark.slow  # a subprocess of 1,000 concurrent runs
+def test_a_thousand_concurrent_runs_under_256_descriptors_all_complete(tmp_path: Path) -> None:
+    directory = tmp_path / "traces"
+    env = {**os.environ, TRACE_DIR_ENV: str(directory)}
+    env.pop("GROUNDSWELL_LOAD_PLUGINS", None)  # as installed: every default plugin loaded
+    out = subprocess.run(
+        [sys.executable, "-c", MANY_RUNS, "1000"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert report["stats"]["errors"] == 0 and report["stats"]["dropped"] == 0, report["stats"]
+    assert "JSONL traces" not in out.stderr  # never short of descriptors, nothing kept back
+    runs = report["runs"]
+    assert len(set(runs)) == 1000 and len(logs(directory)) == 1000
+    incomplete = [r for r in runs if not _complete(trace_path(directory, r), r)]
+    assert incomplete == []
+
+
+STARVED = """
+import asyncio, json, os, sys
+import groundswell
+from groundswell import workflow
+
+
+@workflow(name="starved")
+async def starved(ctx, n):
+    return await ctx.step("a", lambda: n)
+
+
+async def main():
+    await starved.run(-1)  # the sink has started, and holds a file or two
+    assert groundswell.flush_sinks(10)
+    hog = []
+    try:  # take every free descriptor, as 1,000 runs' sockets would
+        while True:
+            hog.append(os.open(os.devnull, os.O_RDONLY))
+    except OSError:
+        pass
+    results = await asyncio.gather(*(starved.run(i) for i in range(50)))
+    await asyncio.sleep(0.3)  # the sink tries, and fails, to open the runs' files
+    for fd in hog:
+        os.close(fd)
+    return [r.node.id for r in results]
+
+
+runs = asyncio.run(main())
+assert groundswell.flush_sinks(10)
+stats = groundswell.get_plugin_manager().sink_hub().stats()["jsonl"]
+print(json.dumps({"runs": runs, "stats": stats}))
+"""
+
+
+def test_no_trace_is_lost_while_the_process_is_out_of_descriptors(tmp_path: Path) -> None:
+    directory = tmp_path / "traces"
+    env = {**os.environ, TRACE_DIR_ENV: str(directory)}
+    out = subprocess.run(
+        [sys.executable, "-c", STARVED], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert report["stats"]["errors"] == 0 and report["stats"]["dropped"] == 0, report["stats"]
+    # It was starved (said once), kept the lines, and wrote them once it could.
+    assert out.stderr.count("JSONL traces: cannot write") == 1, out.stderr[-3000:]
+    assert "JSONL traces: writing to" in out.stderr
+    incomplete = [r for r in report["runs"] if not _complete(trace_path(directory, r), r)]
+    assert incomplete == []
+
+
+def _open_traces(directory: Path) -> int:
+    """Descriptors this process holds on files in ``directory``."""
+    held = 0
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            held += os.readlink(f"/proc/self/fd/{fd}").startswith(str(directory))
+    return held
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts descriptors in /proc")
+async def test_open_files_stay_bounded_however_many_runs_are_live(trace_dir: Path) -> None:
+    live, release = 300, asyncio.Event()
+    peak = 0
+
+    @workflow(name="held")
+    async def held(ctx: WorkflowContext, n: int) -> int:
+        await ctx.step("before", lambda: n)
+        await release.wait()
+        return await ctx.step("after", lambda: n)
+
+    runs = [asyncio.ensure_future(held.run(i)) for i in range(live)]
+    for _ in range(5):  # the sink writes every run's first lines while all are live
+        await asyncio.sleep(0.05)
+        assert await asyncio.to_thread(groundswell.flush_sinks)
+        peak = max(peak, _open_traces(trace_dir))
+    assert len(logs(trace_dir)) == live
+    assert 0 < peak <= MAX_OPEN
+    release.set()
+    results = await asyncio.gather(*runs)
+    assert await asyncio.to_thread(groundswell.flush_sinks)
+    assert _open_traces(trace_dir) == 0  # every run has ended: no file is kept open
+    for result in results:
+        path = trace_path(trace_dir, result.node.id)
+        assert path is not None and EventTree.load(path) == result.tree

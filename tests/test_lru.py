@@ -84,3 +84,43 @@ async def test_bust_and_bust_prefix() -> None:
 def test_invalid_limits_are_clear_errors() -> None:
     with pytest.raises(ValueError, match="max_items >= 1"):
         LRUCache(max_items=0)
+
+
+def test_threads_on_their_own_event_loops_keep_it_whole() -> None:
+    # One instance serves every thread: unlocked, cachetools' linked lists break
+    # (KeyError from get, set and metrics, even after the threads are done).
+    import asyncio
+    import random
+    import sys
+    import threading
+
+    cache = make(max_items=50, ttl=0.01)
+    errors: list[BaseException] = []
+
+    async def hammer(seed: int) -> None:
+        rng = random.Random(seed)
+        for i in range(5_000):
+            key = f"k{rng.randrange(200)}"
+            try:
+                if i % 3:
+                    await cache.set(key, {"value": i}, rng.choice([None, 0.001, 0.5]))
+                else:
+                    await cache.get(key)
+                if i % 97 == 0:
+                    cache.metrics()
+                    await cache.bust_prefix("k1")
+            except Exception as exc:
+                errors.append(exc)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible
+    try:
+        threads = [threading.Thread(target=asyncio.run, args=(hammer(seed),)) for seed in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+    finally:
+        sys.setswitchinterval(interval)
+    assert errors == []
+    assert cache.metrics()["size"] <= 50

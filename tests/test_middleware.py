@@ -629,6 +629,14 @@ async def test_an_unknown_middleware_name_is_a_configuration_error_listing_the_c
     assert fake.requests == []
 
 
+LICENSED_MISSING = (
+    "plugin 'mwdemo 1.0.0': default agent middleware 'licensed' could not be made: "
+    "RuntimeError: no licence key: set MWDEMO_LICENCE; prompts fail rather than run without "
+    "it, and the next prompt tries again (to run without it, disable its plugin: "
+    "GROUNDSWELL_DISABLE_PLUGINS=mwdemo)"
+)
+
+
 async def test_a_default_middleware_whose_factory_raises_fails_prompts_naming_its_plugin(
     mwdemo: PluginManager, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -637,26 +645,186 @@ async def test_a_default_middleware_whose_factory_raises_fails_prompts_naming_it
     with pytest.raises(PluginError) as info:
         await agent_for(fake).prompt("x")
     assert info.value.plugin == PLUGIN
-    assert str(info.value) == (
-        "plugin 'mwdemo 1.0.0': agent middleware 'licensed' could not be made: "
-        "RuntimeError: no licence key: set MWDEMO_LICENCE"
-    )
+    assert str(info.value) == LICENSED_MISSING
+    assert isinstance(info.value.__cause__, RuntimeError)
     assert fake.requests == []
 
 
-async def test_a_default_middleware_whose_factory_raises_is_reported_and_skipped(
+async def test_a_default_middleware_that_cannot_be_made_fails_closed_even_when_not_strict(
     mwdemo: PluginManager, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
+    # Before, outside strict mode it was reported once and left out for the rest of
+    # the process: every later prompt ran without it. A default middleware may be a
+    # safety control, so the prompts it would guard fail instead (the plugin isolation
+    # rules still skip a plugin that fails to *load*: its middleware never registers).
     monkeypatch.delenv("MWDEMO_LICENCE")
     monkeypatch.setenv("GROUNDSWELL_STRICT_PLUGINS", "0")
-    fake = FakeAnthropicAPI([text("fine"), text("still fine")])
+    fake = FakeAnthropicAPI([text("licensed now")])
     with caplog.at_level(logging.WARNING, "groundswell.plugins"):
-        assert await agent_for(fake).prompt("x") == "fine"
-        assert await agent_for(fake).prompt("y") == "still fine"
-    assert all("x-mwdemo-licensed" not in r.headers for r in fake.requests)
-    (problem,) = mwdemo.errors[PLUGIN]
+        for _ in range(3):
+            with pytest.raises(PluginError) as info:
+                await agent_for(fake).prompt("x")
+            assert str(info.value) == LICENSED_MISSING
+    assert fake.requests == []
+    (problem,) = mwdemo.errors[PLUGIN]  # listed with its plugin, as `groundswell plugins` shows
     assert "agent middleware 'licensed' could not be made" in problem
-    assert caplog.text.count("plugin 'mwdemo 1.0.0'") == 1  # reported once, not per prompt
+    assert caplog.text.count("plugin 'mwdemo 1.0.0'") == 1  # logged once, not per prompt
+    # Never kept as absent: once it can be made, the next prompt has it.
+    monkeypatch.setenv("MWDEMO_LICENCE", "lic-0001")
+    assert await agent_for(fake).prompt("y") == "licensed now"
+    assert fake.requests[0].headers["x-mwdemo-licensed"] == "yes"
+
+
+async def test_the_remedy_the_error_names_lets_prompts_run_without_the_plugin(
+    mwdemo: PluginManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("MWDEMO_LICENCE")
+    monkeypatch.setenv("GROUNDSWELL_DISABLE_PLUGINS", PLUGIN)  # as the error says
+    _retire_manager()  # plugins load again, without mwdemo
+    fake = FakeAnthropicAPI([text("fine")])
+    assert await agent_for(fake).prompt("x") == "fine"
+    assert "x-mwdemo-licensed" not in fake.requests[0].headers
+
+
+async def test_a_default_middleware_that_fails_once_is_made_on_the_next_prompt(
+    mwdemo: PluginManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A plugin registered at run time whose default middleware's factory fails the
+    # first time only (a passing error, say a full file table): one prompt fails, the
+    # next ones have it, and it is made once from then on.
+    monkeypatch.setenv("GROUNDSWELL_STRICT_PLUGINS", "0")  # as a process runs by default
+    made: list[int] = []
+
+    class Stamp(Middleware):
+        async def before_model(self, run: PromptRun, request: dict[str, Any]) -> dict[str, Any]:
+            return {**request, "metadata": {"user_id": "stamped"}}
+
+    def flaky() -> Middleware:
+        made.append(len(made))
+        if len(made) == 1:
+            raise OSError(24, "Too many open files")
+        return Stamp()
+
+    class Flaky:
+        @hookimpl
+        def register_agent_middleware(self) -> AgentMiddleware:
+            return AgentMiddleware("flaky_stamp", flaky, 700, True)
+
+    mwdemo.register(Flaky(), name="flaky-plugin")
+    fake = FakeAnthropicAPI([text("one"), text("two")])
+    with pytest.raises(PluginError) as info:
+        await agent_for(fake).prompt("x")
+    assert info.value.plugin == "flaky-plugin"
+    assert str(info.value).startswith(
+        "plugin 'flaky-plugin': default agent middleware 'flaky_stamp' could not be made: "
+        "OSError: [Errno 24] Too many open files; prompts fail rather than run without it"
+    )
+    assert str(info.value).endswith(
+        "(to run without it, unregister its plugin: "
+        "groundswell.get_plugin_manager().unregister('flaky-plugin'))"
+    )
+    assert fake.requests == []
+    assert await agent_for(fake).prompt("y") == "one"
+    assert await agent_for(fake).prompt("z") == "two"
+    assert [r.body["metadata"] for r in fake.requests] == [{"user_id": "stamped"}] * 2
+    assert made == [0, 1]
+
+
+FD_EXHAUSTED_ONCE = """
+import asyncio, json, sys
+from groundswell import Agent, PluginError
+from groundswell.testing import FakeAnthropicAPI, text, tool_use
+
+class FdExhaustedOnce:
+    '''The first import of each module named fails, as it did under `ulimit -n 256`.'''
+
+    def __init__(self, *names):
+        self.left = set(names)
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname in self.left:
+            self.left.discard(fullname)
+            raise OSError(24, "Too many open files")
+        return None
+
+sys.meta_path.insert(
+    0, FdExhaustedOnce("groundswell.middleware.claude_hooks", "groundswell.middleware.tool_timeout")
+)
+ran = []
+
+def drop_table(name: str) -> str:
+    '''Drop a table.'''
+    ran.append(name)
+    return "dropped"
+
+async def slow() -> str:
+    '''Take three seconds.'''
+    await asyncio.sleep(3)
+    return "late"
+
+def deny(input_data, tool_use_id, context):
+    return {"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "deny",
+                                   "permissionDecisionReason": "read-only replica"}}
+
+async def main():
+    fake = FakeAnthropicAPI(
+        [tool_use("drop_table", {"name": "users"}), text("ok")] * 3
+        + [tool_use("slow", {}), text("ok")] * 3
+    )
+    guarded = Agent(
+        name="guarded",
+        tools=[drop_table, slow],
+        hooks={"PreToolUse": [{"matcher": "drop_table", "hooks": [deny]}]},
+        tool_timeout=0.5,
+        client=fake.client(max_retries=0),
+    )
+    report = {"errors": [], "results": []}
+    loop = asyncio.get_running_loop()
+    for question in ["drop users"] * 4 + ["wait"] * 3:
+        started = loop.time()
+        try:
+            await guarded.prompt(question)
+        except PluginError as exc:
+            report["errors"].append([exc.plugin, str(exc)])
+            continue
+        (result,) = fake.requests[-1].tool_results()
+        report["results"].append([result["content"], round(loop.time() - started, 1)])
+    report["ran"] = ran
+    print(json.dumps(report))
+
+asyncio.run(main())
+"""
+
+
+def test_a_default_middleware_whose_import_fails_once_guards_every_later_prompt(
+    tmp_path: Path,
+) -> None:
+    # The reported failure: one import of the hooks middleware failed (EMFILE under
+    # `ulimit -n 256`), and every later prompt ran without hooks or tool timeouts.
+    env = {**os.environ, "GROUNDSWELL_STRICT_PLUGINS": "0", "GROUNDSWELL_HOME": str(tmp_path)}
+    out = subprocess.run(
+        [sys.executable, "-c", FD_EXHAUSTED_ONCE],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    (error,) = report["errors"]  # the one prompt it would have guarded fails, typed...
+    assert error == [
+        "groundswell",
+        "plugin 'groundswell': default agent middleware 'hooks' could not be made: OSError: "
+        "[Errno 24] Too many open files (nor could 'tool_timeout'); prompts fail rather than "
+        "run without it, and the next prompt tries again (it is the kernel's own: fix the "
+        "cause above)",
+    ]
+    # ...and every later one is guarded: the denied tool never runs, the timeout holds.
+    assert report["ran"] == []
+    denied = [content for content, _ in report["results"][:3]]
+    assert all("blocked by a PreToolUse hook: read-only replica" in c for c in denied)
+    for content, seconds in report["results"][3:]:
+        assert "did not finish within 0.5 s" in content and seconds < 2.5
 
 
 async def test_a_named_middleware_whose_factory_raises_is_reported_naming_its_plugin(

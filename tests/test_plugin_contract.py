@@ -264,6 +264,64 @@ async def test_a_broken_backend_fails_the_checker_saying_what_to_fix(
     assert any(problem in v for v in violation.violations), violation.violations
 
 
+class Locking(LRUCache):
+    """An in-process backend with the optional lock, kept as the contract says."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.locks: dict[str, tuple[str, float]] = {}  # key -> (owner, until)
+
+    async def try_lock(self, key: str, owner: str, ttl: float) -> bool:
+        held = self.locks.get(key)
+        if held is not None and held[0] != owner and held[1] > time.monotonic():
+            return False
+        self.locks[key] = (owner, time.monotonic() + ttl)
+        return True
+
+    async def unlock(self, key: str, owner: str) -> bool:
+        if self.locks.get(key, ("",))[0] != owner:
+            return False
+        del self.locks[key]
+        return True
+
+
+class NotExclusive(Locking):
+    async def try_lock(self, key: str, owner: str, ttl: float) -> bool:
+        return True
+
+
+class UnlocksAnyone(Locking):
+    async def unlock(self, key: str, owner: str) -> bool:
+        return self.locks.pop(key, None) is not None
+
+
+class LockOnly(LRUCache):
+    async def try_lock(self, key: str, owner: str, ttl: float) -> bool:
+        return True
+
+
+async def test_a_backend_with_a_lock_keeping_the_contract_passes_the_checker() -> None:
+    await check_cache_backend(Locking(), ttl=QUICK_TTL)
+
+
+@pytest.mark.parametrize(
+    ("backend", "problem"),
+    [
+        (NotExclusive, "try_lock while another owner held the lock returned True; it must "
+                       "return False"),
+        (UnlocksAnyone, "unlock(key, owner) released a lock that another owner held"),
+        (LockOnly, "it has try_lock but not unlock"),
+    ],
+    ids=lambda v: v.__name__ if isinstance(v, type) else "",
+)  # fmt: skip
+async def test_a_broken_lock_fails_the_checker_saying_what_to_fix(
+    backend: type[Any], problem: str
+) -> None:
+    with pytest.raises(ProtocolViolation) as raised:
+        await check_cache_backend(backend(), ttl=QUICK_TTL)
+    assert any(problem in v for v in raised.value.violations), raised.value.violations
+
+
 async def test_a_backend_missing_methods_stops_the_checker_at_once() -> None:
     class Half:
         async def get(self, key: str) -> Any:

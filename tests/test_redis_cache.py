@@ -17,7 +17,7 @@ import pytest
 from groundswell_redis import RedisCache
 
 from groundswell import Agent, get_cache
-from groundswell.testing import FakeAnthropicAPI, text
+from groundswell.testing import FakeAnthropicAPI, check_cache_backend, text
 
 from .conftest import service_unavailable
 
@@ -52,6 +52,23 @@ async def test_bust_prefix_scans_many_keys_and_escapes_glob_characters(cache: Re
     assert await cache.get("writer:1") == "keep"
 
 
+async def test_it_keeps_the_cache_contract_lock_included(cache: RedisCache) -> None:
+    await check_cache_backend(cache, ttl=0.5)
+
+
+async def test_its_lock_is_exclusive_renewable_and_apart_from_entries(cache: RedisCache) -> None:
+    assert await cache.try_lock("judge:1", "a", 30) is True
+    assert await cache.try_lock("judge:1", "b", 30) is False
+    assert await cache.try_lock("judge:1", "a", 0.2) is True  # renewed, for less
+    assert await cache.get("judge:1") is None  # a lock is not an entry
+    assert await cache.unlock("judge:1", "b") is False  # not b's to release
+    await asyncio.sleep(0.3)
+    assert await cache.try_lock("judge:1", "b", 30) is True  # a's ran out
+    assert await cache.unlock("judge:1", "b") is True
+    assert await cache.try_lock("judge:1", "a", 30) is True
+    assert await cache.unlock("judge:1", "a") is True
+
+
 async def test_agents_in_two_processes_share_answers(
     redis_server_url: str, redis_prefix: str
 ) -> None:
@@ -62,7 +79,7 @@ from groundswell.testing import FakeAnthropicAPI
 from groundswell_redis import RedisCache
 
 async def main():
-    fake = FakeAnthropicAPI(lambda r: "computed elsewhere")
+    fake = FakeAnthropicAPI(lambda r: "computed elsewhere", share_cache=True)
     agent = Agent(name="shared", client=fake.client(), cache=RedisCache({redis_server_url!r}, prefix={redis_prefix!r}))
     print(await agent.prompt("same question"), len(fake.requests))
 
@@ -72,7 +89,8 @@ asyncio.run(main())
         subprocess.run, [sys.executable, "-c", script], capture_output=True, text=True, check=True
     )
     assert first.stdout.split() == ["computed", "elsewhere", "1"]
-    fake = FakeAnthropicAPI(lambda r: "computed here")
+    # Each fake caches apart unless it shares: these two stand for one real API.
+    fake = FakeAnthropicAPI(lambda r: "computed here", share_cache=True)
     cache = RedisCache(redis_server_url, prefix=redis_prefix)
     result = await Agent(name="shared", client=fake.client(), cache=cache).run("same question")
     assert result.output == "computed elsewhere" and fake.requests == []

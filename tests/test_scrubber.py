@@ -5,8 +5,11 @@ and fail, ``SecretStr`` state, an agent ``env``, a registered secret, a secret
 environment variable) is recorded by every output at once: the tree's JSON,
 ``tree.save``, the JSONL sink, the OpenTelemetry sink with content capture, the
 span exporter wrapper, the SQLite history store (rows read raw), and the
-history API's 422 body and logs behind a real uvicorn server. Each row of the
-tables below is then checked against each output.
+history API's 422 body and logs behind a real uvicorn server, the log records
+of the run (a real stdio MCP server, started with secrets in its ``args``,
+echoes its command line to its stderr), and ``groundswell run``'s ``--jsonl``,
+``--json`` and ``--save`` outputs of a workflow holding every case in its input
+and state. Each row of the tables below is then checked against each output.
 """
 
 from __future__ import annotations
@@ -15,8 +18,10 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import socket
 import sqlite3
+import subprocess
 import sys
 import threading
 import time
@@ -41,7 +46,7 @@ from pydantic import BaseModel, SecretStr
 
 import groundswell
 from groundswell import Agent, EventTree, WorkflowContext, is_secret_key, redact, scrub, workflow
-from groundswell.testing import FakeAnthropicAPI, MessagesRequest, text, tool_calls
+from groundswell.testing import FakeAnthropicAPI, MessagesRequest, Reply, text, tool_calls, tool_use
 
 REDACTED = "**********"
 REGISTERED = "registered-by-the-app-4c1d9e"
@@ -58,6 +63,14 @@ JWT = (
     ".eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvaG4gRG9lIn0"
     ".SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c"
 )
+
+# PEM bodies, one per row, so that a leak names its row.
+PEM_AFTER_TEXT = "MIIEpAIBAAKCAQEA0Z3VS5JJcds3xfn/ygWyF8PbnGy0AHB7MhgHcTz6sE2I2yPB"
+PEM_IN_JSON = "MIIEowIBAAKCAQEAs9Yd7Vb1Xc2Pq8Lm4Kt6Jh0Gf3Ds5Ra9Qe1Wz2Xc4Vb6Nm8L"
+PEM_CUT_SHORT = "MIIEogIBAAKCAQEAtU6kT5QfU3gzBv0jNRpqJ3kYb9dXTm0wYcH1fPnG4lQ8aZ2x"
+PEM_SECOND_HALF = "aVd8ZmNvbnRpbnVlZC1mcm9tLWEtcHJldmlvdXMtdG9vbC1yZXN1bHQtOTk4NzY1"
+PUBLIC_KEY_BODY = "MIIBIjANBgkqhkiG9w0BAQEFAAOCAQ8AMIIBCgKCAQEAu1SU1LfVLPHCozMxH2Mo"
+CERT_BODY = "MIIDdzCCAl+gAwIBAgIEAgAAuTANBgkqhkiG9w0BAQUFADBaMQswCQYDVQQGEwJJ"
 
 # (id, text recorded somewhere in a run, the part that must vanish)
 SECRET_TEXTS: list[tuple[str, str, str]] = [
@@ -138,6 +151,85 @@ SECRET_TEXTS: list[tuple[str, str, str]] = [
         "https://hooks.slack.com/services/T00000000/B00000000/XXXXXXXXXXXXXXXXXXXXXXXX",
         "T00000000/B00000000/XXXXXXXXXXXXXXXXXXXXXXXX",
     ),
+    # Text before the block: JSON-encoded (a tool's result), its "\n" ends in a letter.
+    (
+        "pem-after-text",
+        f"notes:\n-----BEGIN PRIVATE KEY-----\n{PEM_AFTER_TEXT}\n-----END PRIVATE KEY-----",
+        PEM_AFTER_TEXT,
+    ),
+    (
+        "pem-in-json-string",
+        json.dumps(
+            {
+                "notes": "see below\n-----BEGIN RSA PRIVATE KEY-----\n"
+                f"{PEM_IN_JSON}\n-----END RSA PRIVATE KEY-----\n"
+            }
+        ),
+        PEM_IN_JSON,
+    ),
+    # No END line (cut short): its last, partial line goes too.
+    (
+        "pem-cut-short",
+        f"the key: -----BEGIN PRIVATE KEY-----\n{PEM_AFTER_TEXT[::-1]}\n{PEM_CUT_SHORT[:40]}",
+        PEM_CUT_SHORT[:40],
+    ),
+    # The second half of a block split across two tool results: no BEGIN line.
+    (
+        "pem-second-half",
+        f"part 2: {PEM_SECOND_HALF}\n{PEM_CUT_SHORT[::-1]}\n-----END PRIVATE KEY-----",
+        PEM_SECOND_HALF,
+    ),
+    (
+        "mongodb-srv-url",
+        "mongodb+srv://app:M0ngoPw-77x@cluster0.ab1cd.mongodb.net/db?retryWrites=true",
+        "M0ngoPw-77x",
+    ),
+    (
+        "connection-string-password",
+        "Server=tcp:db.example.net,1433;User ID=app;Password=Sq1Pw-x9!k;Encrypt=True;",
+        "Sq1Pw-x9!k",
+    ),
+    (
+        "azure-account-key",
+        "DefaultEndpointsProtocol=https;AccountName=acct;"
+        "AccountKey=QWNjb3VudEtleVZhbHVlMTIz+/==;EndpointSuffix=core.windows.net",
+        "QWNjb3VudEtleVZhbHVlMTIz",
+    ),
+    (
+        "url-encoded-key",
+        "GET /oauth/cb?state=key%3Dsk-ant-api03-VXJsRW5jb2RlZEtleVZhbHVl-x1&x=1",
+        "VXJsRW5jb2RlZEtleVZhbHVl",
+    ),
+    ("url-encoded-assignment", "next=%2Fapi%3Fapi_key%3Dq7Ue9Kx2Lm4Np8", "q7Ue9Kx2Lm4Np8"),
+    (
+        "curl-user",
+        "curl -u deploy:Cu7l-Pa55-w0rd https://artifacts.example.com/x.tgz",
+        "Cu7l-Pa55-w0rd",
+    ),
+    (
+        "azure-sas-sig",
+        "https://acct.blob.core.windows.net/c/report.csv?sv=2022-11-02&ss=b&sp=r"
+        "&se=2030-01-01T00:00:00Z&sig=dGhpc0lzTm90QVJlYWxTaWc%2BX3o%3D",
+        "dGhpc0lzTm90QVJlYWxTaWc",
+    ),
+    (
+        "pypi-token",
+        "twine upload -p pypi-AgEIcHlwaS5vcmcCJDk5ZTc3YjE0LTU0OWItNGQ0MC1hNWIxLTBmODZkZGE3NzQ0MA",
+        "CJDk5ZTc3YjE0LTU0OWItNGQ0MC1h",
+    ),
+    (
+        "huggingface-token",
+        "HF token hf_QkVzTmFtZWxlc3NUb2tlbkZvclRlc3Rz",
+        "QkVzTmFtZWxlc3NUb2tlbkZvclRlc3Rz",
+    ),
+    (
+        "sendgrid-key",
+        "SG.c2VuZGdyaWQtdGVzdC1pZA.c2VuZGdyaWQtdGVzdC1zZWNyZXQtdmFsdWUtZm9yLXRlc3Q",
+        "c2VuZGdyaWQtdGVzdC1zZWNyZXQtdmFsdWUtZm9yLXRlc3Q",
+    ),
+    ("cli-api-key-flag", "mcp-server --api-key Fl4g-Ap1-K3y-0001 --verbose", "Fl4g-Ap1-K3y-0001"),
+    ("cli-token-flag", "serve --token=Fl4g-T0k3n-0002", "Fl4g-T0k3n-0002"),
+    ("cli-password-flag", "db-tool --password Fl4g-Pa55-0003", "Fl4g-Pa55-0003"),
     ("registered-secret", f"the db says {REGISTERED}", REGISTERED),
     ("agent-env-value", f"deploying with {AGENT_ENV}", AGENT_ENV),
     ("process-env-value", f"service answered {PROCESS_ENV}", PROCESS_ENV),
@@ -195,6 +287,23 @@ LOOKALIKE_TEXTS: list[tuple[str, str]] = [
     ("monkey", "monkey=banana"),
     ("ghost", "ghost_protocol_v2"),
     ("akia-word", "AKIAshort"),
+    (
+        "pem-public-key",
+        f"-----BEGIN PUBLIC KEY-----\n{PUBLIC_KEY_BODY}\n-----END PUBLIC KEY-----",
+    ),
+    ("pem-certificate-tail", f"{CERT_BODY}\n-----END CERTIFICATE-----"),
+    ("url-encoded-query", "https://example.com/?next=%2Fhome%3Fpage%3D2"),
+    ("curl-user-no-password", "curl -u deploy https://example.com/file"),
+    ("docker-uid-gid", "docker run -u 1000:1000 image"),
+    ("signature-call", "sig=inspect.signature(fn)"),
+    ("signal-query", "https://example.com/?signal=term&q=sig"),
+    ("pypi-server", "pypi-server-config"),
+    ("hf-identifiers", "self_hf_x = hf_hub_download(repo)"),
+    ("sendgrid-domain", "visit SG.com today"),
+    ("token-type-flag", "--token-type bearer"),
+    ("password-file-flag", "--password-file /run/secrets/db"),
+    ("flag-prose", "the --token flag sets it"),
+    ("mkdir-p", "mkdir -p /tmp/work"),
 ]
 
 # (key, value): names about a secret, not secrets; the value must survive.
@@ -215,6 +324,47 @@ LOOKALIKE_KEYS: list[tuple[str, Any]] = [
     ("cookie_count", 12345),
     ("input_tokens", 777001),
 ]
+
+
+# A stdio MCP server started with secrets in its args; it echoes its command line
+# to its stderr (logged and recorded) and in a tool's result (recorded, sent to
+# the model, stored in history), and writes it to a file (what it really got).
+MCP_API_KEY = "mcp-arg-api-key-3e7a91"
+MCP_TOKEN = "mcp-arg-token-5b2c84"
+MCP_PASSWORD = "mcp-arg-password-9d1f07"
+MCP_SHORT_PASSWORD = "Pw7x2q9z"
+MCP_KEPT = "--token-type bearer --port=8931 -p 8080"
+MCP_ARGS = [
+    "--api-key",
+    MCP_API_KEY,
+    f"--token={MCP_TOKEN}",
+    "--password",
+    MCP_PASSWORD,
+    f"-p{MCP_SHORT_PASSWORD}",
+    *MCP_KEPT.split(),
+]
+MCP_SERVER = """
+import os, sys
+from mcp.server.mcpserver import MCPServer
+
+with open(os.environ["ARGV_FILE"], "w") as out:
+    out.write("\\n".join(sys.argv[1:]))
+print("argv server started with " + " ".join(sys.argv[1:]), file=sys.stderr, flush=True)
+server = MCPServer("argv")
+
+
+@server.tool()
+def command_line() -> str:
+    \"\"\"How this server was started.\"\"\"
+    return "argv server started with " + " ".join(sys.argv[1:])
+
+
+server.run()
+"""
+#: The server's config, filled in by the fixture (its script and argv file are in tmp).
+MCP_CONFIG: dict[str, Any] = {}
+#: The outputs that record the MCP server's start or its tool's result (the others see neither).
+MCP_OUTPUTS = ["tree.to_json", "tree.save", "jsonl sink", "otel sink", "history store", "logs"]
 
 
 @dataclass(frozen=True)
@@ -285,8 +435,21 @@ async def scrubbed(ctx: WorkflowContext, given: dict[str, Any]) -> str:
 
     steps = [ctx.step(f"case-{n}", one(n, case.user)) for n, case in enumerate(CASES)]
     steps.append(ctx.step("secret-str", one(len(CASES), "secret-str")))
+    steps.append(ctx.step("mcp", _mcp_prompt()))
     await asyncio.gather(*steps)
     return "finished"
+
+
+def _mcp_model(request: MessagesRequest) -> Reply:
+    if request.tool_results():
+        return text(str(request.tool_results()[0]["content"]))
+    return tool_use("mcp__argv__command_line", {})
+
+
+async def _mcp_prompt() -> str:
+    agent = Agent(name="mcp-user", mcps=[MCP_CONFIG], client=FakeAnthropicAPI(_mcp_model).client())
+    reply: str = await agent.prompt("how was the server started?")
+    return reply
 
 
 # -- the outputs ------------------------------------------------------------------------
@@ -388,6 +551,19 @@ def outputs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
     """Every output of one run holding every case (and of one API request holding them)."""
     tmp = tmp_path_factory.mktemp("scrubber")
     groundswell.register_secret(REGISTERED)
+    (tmp / "argv_server.py").write_text(MCP_SERVER)
+    MCP_CONFIG.update(
+        type="stdio",
+        name="argv",
+        command=sys.executable,
+        args=[str(tmp / "argv_server.py"), *MCP_ARGS],
+        env={"ARGV_FILE": str(tmp / "argv.txt")},
+    )
+    logged = _Lines()
+    root = logging.getLogger("groundswell")
+    root.addHandler(logged)
+    level = root.level
+    root.setLevel(logging.INFO)
     database = tmp / "history.db"
     manager = groundswell.get_plugin_manager()
     memory = InMemorySpanExporter()
@@ -402,15 +578,23 @@ def outputs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
         manager.refresh_sinks("history")
         groundswell_otel.instrument(provider)
         try:
+            # The run's input holds every case, the agent's env value among them, and is
+            # recorded (and may be written by a sink) before the workflow builds its
+            # agent: an agent with that env is built first, as an app would at import.
+            Agent(name="env-holder", env={"DEPLOY_TOKEN": AGENT_ENV})
             given = {"cases": [c.payload for c in CASES], "dsn": SecretStr(SECRET_STR)}
             result = asyncio.run(scrubbed.run(given))
             assert groundswell.flush_sinks()
+            deadline = time.monotonic() + 5  # the stderr reader thread logs the server's line
+            while not any("argv server started" in line for line in logged.lines):
+                assert time.monotonic() < deadline, "the MCP server's stderr was not logged"
+                time.sleep(0.01)
             store = HistoryStore(f"sqlite:///{database}")
             for number, case in enumerate(CASES):  # memories are stored too
                 store.remember("scrubbee", f"case-{number}", case.reply, metadata=case.payload)
             tree_file = result.tree.save(tmp / "saved.jsonl")
             (trace,) = (tmp / "traces").glob("*-scrubbed-*.jsonl")
-            body, logged, issue = _api_outputs(store)
+            body, api_logged, issue = _api_outputs(store)
             yield {
                 "tree.to_json": json.dumps(result.tree.to_json()),
                 "tree.save": tree_file.read_text(),
@@ -419,8 +603,10 @@ def outputs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
                 "otel exporter": _foreign_spans(),
                 "history store": _database_text(database),
                 "history api 422": body,
-                "history api logs": logged,
+                "history api logs": api_logged,
+                "logs": "\n".join(logged.lines),
                 "tree.render": result.tree.render(),
+                "_argv": (tmp / "argv.txt").read_text().split("\n"),
                 "_result": result,
                 "_spans": list(memory.get_finished_spans()),
                 "_store": store,
@@ -428,10 +614,65 @@ def outputs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
             }
             store.close()
         finally:
+            root.removeHandler(logged)
+            root.setLevel(level)
             groundswell_otel.uninstrument()
             patch.undo()
             manager.refresh_sinks("jsonl")
             manager.refresh_sinks("history")
+
+
+CLI_FLOWS = """
+import groundswell
+from pydantic import SecretStr
+
+from groundswell import Agent
+from groundswell.testing import FakeAnthropicAPI, text
+
+groundswell.register_secret({registered!r})
+# Building an agent registers its env values as secrets, as in the main run.
+AGENT = Agent(name="cli", env={{"DEPLOY_TOKEN": {agent_env!r}}}, client=FakeAnthropicAPI([text("x")]).client())
+
+
+@groundswell.workflow(name="cli-scrubbed")
+async def cli_scrubbed(ctx, cases):
+    ctx.state["cases"] = cases
+    ctx.state["db"] = SecretStr({secret_str!r})
+    ctx.snapshot_state()
+    for number, case in enumerate(cases):
+        await ctx.step(f"case-{{number}}", lambda case=case: case)
+    return {{"cases": cases, "replies": [c["reply"] for c in cases]}}
+"""
+
+
+@pytest.fixture(scope="module")
+def cli_outputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """``groundswell run``'s outputs for a workflow with every case in its input and state."""
+    tmp = tmp_path_factory.mktemp("scrubber-cli")
+    flows = CLI_FLOWS.format(registered=REGISTERED, agent_env=AGENT_ENV, secret_str=SECRET_STR)
+    (tmp / "cli_flows.py").write_text(flows)
+    cases = [{**c.payload, "reply": c.reply} for c in CASES]
+    (tmp / "input.json").write_text(json.dumps({"cases": cases}))
+    env = {**os.environ, PROCESS_ENV_NAME: PROCESS_ENV, "PYTHONPATH": str(tmp)}
+
+    def run(*flags: str) -> str:
+        command = [sys.executable, "-m", "groundswell.cli", "run", "cli_flows:cli_scrubbed"]
+        done = subprocess.run(
+            [*command, "--input", "@input.json", *flags],
+            capture_output=True,
+            text=True,
+            cwd=tmp,
+            env=env,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    return {
+        "cli run --jsonl": run("--jsonl", "--save", "saved.jsonl"),
+        "cli run --save": (tmp / "saved.jsonl").read_text(),
+        "cli run --json": run("--json"),
+    }
 
 
 OUTPUTS = [
@@ -443,16 +684,26 @@ OUTPUTS = [
     "history store",
     "history api 422",
     "history api logs",
+    "logs",
 ]
+CLI_OUTPUTS = ["cli run --jsonl", "cli run --json", "cli run --save"]
 GONE = [(i, gone) for i, _, gone in SECRET_TEXTS]
 GONE += [(f"key-{key}", gone) for key, _, gone in SECRET_KEYS]
 GONE += [("secret-str", SECRET_STR)]
-KEPT = [*LOOKALIKE_TEXTS, *[(f"key-{k}", str(v)) for k, v in LOOKALIKE_KEYS]]
+MCP_GONE = [
+    ("mcp-args-api-key", MCP_API_KEY),
+    ("mcp-args-token", MCP_TOKEN),
+    ("mcp-args-password", MCP_PASSWORD),
+    ("mcp-args-short-password", MCP_SHORT_PASSWORD),
+]
+# A multi-line text is checked by its longest line: JSON outputs escape the line breaks.
+KEPT = [(i, max(t.splitlines(), key=len)) for i, t in LOOKALIKE_TEXTS]
+KEPT += [(f"key-{k}", str(v)) for k, v in LOOKALIKE_KEYS]
 
 
 # The rendered tree shows names and the first 80 characters of errors: secrets only.
 @pytest.mark.parametrize("output", [*OUTPUTS, "tree.render"])
-@pytest.mark.parametrize(("shape", "gone"), GONE, ids=[i for i, _ in GONE])
+@pytest.mark.parametrize(("shape", "gone"), GONE + MCP_GONE, ids=[i for i, _ in GONE + MCP_GONE])
 def test_secret_shapes_vanish_from_every_output(
     outputs: dict[str, Any], output: str, shape: str, gone: str
 ) -> None:
@@ -466,6 +717,45 @@ def test_lookalikes_survive_every_output(
     outputs: dict[str, Any], output: str, lookalike: str, kept: str
 ) -> None:
     assert kept in outputs[output], f"{lookalike} was destroyed by {output}"
+
+
+@pytest.mark.parametrize("output", MCP_OUTPUTS)
+def test_an_mcp_servers_args_are_scrubbed_where_recorded_and_it_runs_with_the_real_ones(
+    outputs: dict[str, Any], output: str
+) -> None:
+    # The server got its arguments as given...
+    assert outputs["_argv"] == MCP_CONFIG["args"][1:]
+    # ...and every output that records them (the command line on its mcp_connect
+    # node, the line it printed to its stderr, its tool's result) keeps all but the secrets.
+    shown = f"--api-key {REDACTED} --token={REDACTED} --password {REDACTED} -p{REDACTED}"
+    assert f"argv server started with {shown} {MCP_KEPT}" in outputs[output]
+    (connect,) = outputs["_result"].tree.find(type="mcp_connect")
+    assert connect.payload["command"][2:] == [
+        "--api-key",
+        REDACTED,
+        f"--token={REDACTED}",
+        "--password",
+        REDACTED,
+        f"-p{REDACTED}",
+        *MCP_KEPT.split(),
+    ]
+
+
+@pytest.mark.parametrize("output", CLI_OUTPUTS)
+@pytest.mark.parametrize(("shape", "gone"), GONE, ids=[i for i, _ in GONE])
+def test_secret_shapes_vanish_from_every_cli_output(
+    cli_outputs: dict[str, str], output: str, shape: str, gone: str
+) -> None:
+    assert gone not in cli_outputs[output], f"{shape} leaks through {output}"
+    assert REDACTED in cli_outputs[output]
+
+
+@pytest.mark.parametrize("output", CLI_OUTPUTS)
+@pytest.mark.parametrize(("lookalike", "kept"), KEPT, ids=[i for i, _ in KEPT])
+def test_lookalikes_survive_every_cli_output(
+    cli_outputs: dict[str, str], output: str, lookalike: str, kept: str
+) -> None:
+    assert kept in cli_outputs[output], f"{lookalike} was destroyed by {output}"
 
 
 def _json(value: Any) -> Any:
@@ -542,11 +832,61 @@ def test_a_token_sent_as_a_query_parameter_is_never_echoed(outputs: dict[str, An
         ("token_count: 1234 tokens", "token_count: 1234 tokens"),
         ("risk-assessment-framework-v2", "risk-assessment-framework-v2"),
         ("api_key: null", "api_key: null"),
+        # JSON-encoded text: a "\n" escape ends in a letter, yet starts a word.
+        (
+            '{"v": "notes:\\n-----BEGIN PRIVATE KEY-----\\nMIIEvQIBADAN\\n-----END PRIVATE KEY-----"}',
+            '{"v": "notes:\\n**********"}',
+        ),
+        ('{"v": "x\\ntoken=abc123456"}', '{"v": "x\\ntoken=**********"}'),
+        ('{"v": "x\\nBearer abcdefghijklmnop1"}', '{"v": "x\\nBearer **********"}'),
+        ("key: -----BEGIN PRIVATE KEY-----\nMIIEvQIBADAN\nQyMjAx", "key: **********"),
+        ("Zm9yZ2VkLWJ1\nYWJjZGVm\n-----END PRIVATE KEY-----\nbye", "**********\nbye"),
+        (
+            "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADAN\nThanks for reading",
+            "**********\nThanks for reading",
+        ),
+        ("state=key%3Dsk-ant-api03-abcdefgh12345678&x=1", "state=key%3D**********&x=1"),
+        ("curl -u me:Pw-123x https://x", "curl -u me:********** https://x"),
+        ('["curl", "-u", "me:Pw-123x"]', '["curl", "-u", "me:**********"]'),
+        (
+            "curl -u me https://x; docker run -u 1000:1000 img",
+            "curl -u me https://x; docker run -u 1000:1000 img",
+        ),
+        ("?sv=2022-11-02&sig=AbCd%2Fef%3D&se=2030", "?sv=2022-11-02&sig=**********&se=2030"),
+        ("--api-key abc123xyz --verbose", "--api-key ********** --verbose"),
+        ("--token=abc123xyz", "--token=**********"),
+        ('--password "two words" -v', '--password "**********" -v'),
+        ("the --token flag sets it", "the --token flag sets it"),
+        ("--token-type bearer", "--token-type bearer"),
     ],
 )
 def test_scrub_replaces_only_the_secret(given: str, expected: str) -> None:
     assert scrub(given) == expected
     assert scrub(expected) == expected  # idempotent
+
+
+def test_a_pem_key_split_across_two_tool_results_is_scrubbed_in_both() -> None:
+    first, second = PEM_BODY[:32], PEM_BODY[32:]
+    halves = [
+        f"-----BEGIN PRIVATE KEY-----\n{PEM_AFTER_TEXT}\n{first}",
+        f"{second}\n{PEM_CUT_SHORT}\n-----END PRIVATE KEY-----\n",
+    ]
+
+    def read_part(number: int) -> dict[str, str]:
+        """Read one part of the key file."""
+        return {"part": str(number), "content": halves[number]}
+
+    def model(request: MessagesRequest) -> Reply:
+        done = len(request.tool_results())
+        return tool_use("read_part", {"number": done}) if done < 2 else text("read")
+
+    agent = Agent(name="reader", tools=[read_part], client=FakeAnthropicAPI(model).client())
+    result = asyncio.run(agent.run("read the key"))
+    recorded = json.dumps(result.tree.to_json())
+    assert len(result.tree.find(type="tool_call")) == 2
+    for line in (PEM_AFTER_TEXT, first, second, PEM_CUT_SHORT):
+        assert line not in recorded
+    assert recorded.count(REDACTED) >= 2  # each half, on its tool_call node
 
 
 @pytest.mark.parametrize(

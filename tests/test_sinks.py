@@ -384,3 +384,126 @@ def test_closing_waits_for_close_up_to_the_deadline_and_names_the_sink(
     assert quick.closed and not slow.closed
     assert "event sink 'slow-close' did not finish close() within 0.2 s" in caplog.text
     release.set()
+
+
+class AskedSink(RecordingSink):
+    """A sink that takes only the runs that ask for it."""
+
+    every_run = False
+
+
+@workflow(name="asks")
+async def asks(ctx: WorkflowContext) -> int:
+    await ctx.step("before", lambda: 1)
+
+    async def join() -> int:
+        groundswell.record_event("note", n=1)
+        assert groundswell.observe_run("asked")
+        return 2
+
+    await ctx.step("join", join)
+    return await ctx.step("after", lambda: 3)
+
+
+async def test_a_sink_that_takes_only_runs_that_ask_gets_those_from_where_they_asked(
+    add_sink: Callable[..., str],
+) -> None:
+    asked = AskedSink()
+    add_sink(asked, "asked")
+    await observed.run()  # never asks
+    result = await asks.run()
+    assert groundswell.flush_sinks()
+    assert {e.run_id for e in asked.events} == {result.node.id}
+    step = result.tree.find(name="join")[0]
+    # First the path from the root to where the run asked, as it was then...
+    (root_start, step_start), rest = asked.events[:2], asked.events[2:]
+    assert (root_start.kind, root_start.node) == ("node_start", result.node)
+    assert (step_start.kind, step_start.node) == ("node_start", step)
+    assert step_start.data["status"] == "running"
+    assert [e["type"] for e in step_start.data["events"]] == ["note"]
+    # ...then every later event of the run; nothing of "before", which ended earlier.
+    assert [(e.kind, e.node.name) for e in rest] == [
+        ("node_end", "join"),
+        ("node_start", "after"),
+        ("node_end", "after"),
+        ("node_end", "asks"),
+    ]
+    assert groundswell.observe_run("asked") is False  # outside any run
+
+
+async def test_asking_again_sends_the_path_again_and_unknown_names_are_refused(
+    add_sink: Callable[..., str],
+) -> None:
+    asked = AskedSink()
+    add_sink(asked, "asked")
+
+    @workflow(name="twice")
+    async def twice(ctx: WorkflowContext) -> None:
+        assert groundswell.observe_run("no-such-sink") is False
+        assert groundswell.observe_run(AskedSink)  # a class: every sink of that class
+        await ctx.step("s", lambda: groundswell.observe_run("asked"))
+
+    result = await twice.run()
+    assert groundswell.flush_sinks()
+    assert [(e.kind, e.node.name) for e in asked.events] == [
+        ("node_start", "twice"),
+        ("node_start", "s"),
+        ("node_start", "twice"),  # the path again, root first
+        ("node_start", "s"),
+        ("node_end", "s"),
+        ("node_end", "twice"),
+    ]
+    assert result.output is None
+
+
+def test_a_run_that_no_sink_takes_is_not_observed_until_it_asks() -> None:
+    asked, every = AskedSink(), RecordingSink()
+    hub = SinkHub({"asked": asked})
+    try:
+        assert hub.run_delivery() is None  # a new run's tree would not be observed
+        tree = EventTree()
+        root = tree.start_node("workflow", "quiet")
+        assert not tree.observed
+        assert hub.join("asked", tree, lambda: [Event("node_start", root, {}, root.id)])
+        tree.end_node(root, "completed")
+        hub.add("every", every)
+        assert hub.run_delivery() == hub.deliver
+        assert hub.flush()
+        assert asked.kinds() == ["node_start", "node_end"]
+        assert every.events == []  # a sink taking every run gets new runs, not this one
+    finally:
+        hub.close()
+
+
+def test_every_run_must_be_a_bool() -> None:
+    class Unsure(RecordingSink):
+        every_run = "sometimes"
+
+    with pytest.raises(TypeError, match="every_run must be True"):
+        SinkHub({"unsure": Unsure()})
+
+
+def test_a_flush_that_returns_false_is_called_again_later() -> None:
+    class Retrying(RecordingSink):
+        def __init__(self) -> None:
+            super().__init__()
+            self.flushes = 0
+
+        def flush(self) -> bool | None:
+            self.flushes += 1
+            return False if self.flushes < 4 else None  # could not finish, three times
+
+    sink = Retrying()
+    hub = SinkHub({"retrying": sink})
+    try:
+        tree = EventTree()
+        tree.dispatch_to(hub.dispatch)
+        tree.start_node("workflow", "once")
+        deadline = time.monotonic() + 5
+        while sink.flushes < 4 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.1)
+        assert sink.flushes == 4  # no new events: called again only while it said False
+        assert hub.stats()["retrying"]["errors"] == 0
+    finally:
+        hub.close()

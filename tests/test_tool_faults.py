@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import subprocess
 import sys
 import textwrap
@@ -206,3 +207,128 @@ async def test_no_timeout_costs_nothing_and_changes_nothing() -> None:
     assert result.output == "3 days" and model_sees(fake)["content"] == "3"
     (call,) = result.tree.find(type=NodeType.TOOL_CALL)
     assert "timeout_s" not in call.payload
+
+
+# -- KeyboardInterrupt from a tool, and a real Ctrl-C -----------------------------------
+#
+# In a subprocess each: before, a tool's KeyboardInterrupt ended the host process (it
+# would end this test session too).
+
+INTERRUPTING_TOOLS = """
+import asyncio, json
+from groundswell import Agent, NodeType
+from groundswell.testing import FakeAnthropicAPI, text, tool_calls
+
+def sync_stop(job: str) -> str:
+    '''Stop a job (runs in a worker thread, where no Ctrl-C can arrive).'''
+    raise KeyboardInterrupt(f"sync {job}")
+
+async def async_stop(job: str) -> str:
+    '''Stop a job.'''
+    raise KeyboardInterrupt(f"async {job}")
+
+failures = []
+
+def on_failure(input_data, tool_use_id, context):
+    failures.append(input_data["error"])
+
+fake = FakeAnthropicAPI(
+    [tool_calls(("sync_stop", {"job": "a"}), ("async_stop", {"job": "b"})), text("both failed")]
+)
+agent = Agent(
+    name="app",
+    tools=[sync_stop, async_stop],
+    hooks={"PostToolUseFailure": [on_failure]},
+    client=fake.client(max_retries=0),
+)
+result = asyncio.run(agent.run("stop both"))
+calls = result.tree.find(type=NodeType.TOOL_CALL)
+print(json.dumps({
+    "output": result.output,
+    "status": result.node.status,
+    "seen": fake.requests[1].tool_results(),
+    "nodes": [[c.name, c.status, c.error["type"]] for c in calls],
+    "failures": sorted(failures),
+}))
+print("alive")
+"""
+
+
+def run_script(
+    tmp_path: Any, source: str, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    script = tmp_path / "app.py"
+    script.write_text(textwrap.dedent(source))
+    return subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def test_a_tool_raising_keyboard_interrupt_is_a_tool_error_and_the_process_lives(
+    tmp_path: Any,
+) -> None:
+    out = run_script(tmp_path, INTERRUPTING_TOOLS)
+    assert out.returncode == 0, out.stderr
+    report, alive = out.stdout.strip().splitlines()
+    assert alive == "alive"
+    seen = json.loads(report)
+    assert seen["output"] == "both failed" and seen["status"] == "completed"
+    assert [(r["content"], r.get("is_error")) for r in seen["seen"]] == [
+        ("KeyboardInterrupt: sync a", True),
+        ("KeyboardInterrupt: async b", True),
+    ]
+    assert seen["nodes"] == [
+        ["sync_stop", "failed", "KeyboardInterrupt"],
+        ["async_stop", "failed", "KeyboardInterrupt"],
+    ]
+    # The hooks see it as the tool failure it is.
+    assert seen["failures"] == ["KeyboardInterrupt: async b", "KeyboardInterrupt: sync a"]
+
+
+BUSY_TOOL = """
+import asyncio, os, signal, sys, threading, time, _thread
+from groundswell import Agent
+from groundswell.testing import FakeAnthropicAPI, text, tool_use
+
+async def crunch() -> str:
+    '''Crunch numbers without ever awaiting (so a signal lands inside the tool).'''
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        pass
+    return "finished"
+
+fake = FakeAnthropicAPI([tool_use("crunch", {}), text("survived")])
+agent = Agent(name="app", tools=[crunch], client=fake.client(max_retries=0))
+"""
+
+
+def test_a_real_ctrl_c_inside_an_async_tool_still_stops_the_run(tmp_path: Any) -> None:
+    # Without asyncio.run's handler, Python's default one raises KeyboardInterrupt
+    # wherever the main thread is: here, inside the tool. That one is the user's.
+    out = run_script(
+        tmp_path,
+        BUSY_TOOL
+        + """
+threading.Timer(0.5, _thread.interrupt_main).start()  # as a Ctrl-C does
+loop = asyncio.new_event_loop()
+print(loop.run_until_complete(agent.prompt("go")))
+""",
+    )
+    assert out.returncode != 0 and "survived" not in out.stdout
+    assert out.stderr.rstrip().endswith("KeyboardInterrupt"), out.stderr[-2000:]
+
+
+def test_a_signal_handler_that_exits_still_stops_the_run(tmp_path: Any) -> None:
+    # A SIGTERM handler calling sys.exit() (a common way to shut a service down): its
+    # SystemExit lands in the tool, but it is the process's, not the tool's.
+    out = run_script(
+        tmp_path,
+        BUSY_TOOL
+        + """
+signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(7))
+threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM)).start()
+print(asyncio.run(agent.prompt("go")))
+""",
+    )
+    assert out.returncode == 7, out.stderr[-2000:]
+    assert "survived" not in out.stdout

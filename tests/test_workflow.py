@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import threading
+import warnings
 from typing import Any
 
 import pytest
@@ -12,6 +15,7 @@ from pydantic import BaseModel, SecretStr
 import groundswell
 from groundswell import (
     ConfigurationError,
+    MissingAwait,
     NodeStatus,
     NodeType,
     StepTimeout,
@@ -615,3 +619,141 @@ async def test_nested_result_in_a_step_output_is_summarised() -> None:
     result = await flow.run()
     output = result.tree.root.children[0].payload["output"]  # type: ignore[union-attr]
     assert output["status"] == "completed" and output["output"] == 7
+
+
+# -- a forgotten `await` ----------------------------------------------------------------
+
+
+async def answer() -> int:
+    return 42
+
+
+def never_awaited_warnings(caught: list[warnings.WarningMessage]) -> list[str]:
+    gc.collect()  # a dropped coroutine warns when it is collected
+    return [str(w.message) for w in caught if "never awaited" in str(w.message)]
+
+
+async def test_a_step_without_await_fails_the_run_saying_to_add_await() -> None:
+    ran: list[str] = []
+
+    def record() -> str:
+        ran.append("record")
+        return "recorded"
+
+    @workflow(name="audit")
+    async def audit(ctx: WorkflowContext) -> str:
+        ctx.step("record", record)  # forgot `await`
+        return "done"
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(WorkflowError) as info:
+            await audit.run()
+        cause = info.value.__cause__
+        assert isinstance(cause, MissingAwait) and isinstance(cause, ConfigurationError)
+        assert cause.steps == ("record",)
+        assert str(cause).startswith(
+            "workflow 'audit' ended with a step it never awaited ('record'): ctx.step(...) "
+            "makes a coroutine that runs only when awaited; add `await`"
+        )
+        assert "add `await`" in str(info.value)
+        result = info.value.result
+        assert result is not None and result.status is NodeStatus.FAILED
+        assert result.node.error is not None and result.node.error["type"] == "MissingAwait"
+        assert [n.type for n in result.tree.walk()] == [NodeType.WORKFLOW]
+        assert ran == []
+        # The error says it all: Python's own warning at collection does not repeat it.
+        assert never_awaited_warnings(caught) == []
+
+
+async def test_a_workflow_returning_a_step_or_any_coroutine_fails_the_run() -> None:
+    @workflow(name="returns-step")
+    async def returns_step(ctx: WorkflowContext) -> Any:
+        return ctx.step("answer", answer)
+
+    @workflow(name="returns-coroutine")
+    async def returns_coroutine(ctx: WorkflowContext) -> Any:
+        return answer()
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(WorkflowError) as info:
+            await returns_step.run()
+        assert isinstance(info.value.__cause__, MissingAwait)
+        assert info.value.__cause__.steps == ("answer",)
+        with pytest.raises(WorkflowError) as info:
+            await returns_coroutine.run()
+        cause = info.value.__cause__
+        assert isinstance(cause, MissingAwait) and cause.steps == ()
+        assert str(cause) == (
+            "workflow 'returns-coroutine' returned a coroutine (answer) instead of its "
+            "result: add `await` (`return await ...`)"
+        )
+        assert never_awaited_warnings(caught) == []
+
+
+async def test_a_step_made_inside_a_step_and_never_awaited_fails_the_run() -> None:
+    @workflow(name="outer")
+    async def outer(ctx: WorkflowContext) -> int:
+        async def body() -> int:
+            ctx.step("inner", answer)
+            return 1
+
+        return await ctx.step("outer-step", body)
+
+    with pytest.raises(WorkflowError) as info:
+        await outer.run()
+    assert isinstance(info.value.__cause__, MissingAwait)
+    assert info.value.__cause__.steps == ("inner",)
+
+
+async def test_a_task_running_a_step_the_workflow_never_waited_for_fails_the_run() -> None:
+    # The task would start after the workflow ended, where a step can no longer run.
+    tasks: list[asyncio.Task[int]] = []
+
+    @workflow(name="fire-and-forget")
+    async def fire(ctx: WorkflowContext) -> str:
+        tasks.append(asyncio.create_task(ctx.step("background", answer)))
+        return "done"
+
+    with pytest.raises(WorkflowError) as info:
+        await fire.run()
+    assert isinstance(info.value.__cause__, MissingAwait)
+    assert "await the task or gather running it" in str(info.value.__cause__)
+    with pytest.raises(ConfigurationError, match="has already ended"):
+        await tasks[0]
+
+
+async def test_steps_awaited_through_gather_tasks_helpers_and_wait_for_all_run() -> None:
+    async def later(step: Any) -> int:
+        await asyncio.sleep(0)
+        return int(await step)
+
+    @workflow(name="patterns")
+    async def patterns(ctx: WorkflowContext) -> list[int]:
+        gathered = await asyncio.gather(ctx.step("g1", answer), ctx.step("g2", answer))
+        task = asyncio.create_task(ctx.step("task", answer))
+        kept = ctx.step("helper", answer)  # handed to a helper that awaits it later
+        waited = await asyncio.wait_for(ctx.step("wait_for", answer), timeout=30)
+        async with asyncio.TaskGroup() as group:
+            grouped = group.create_task(ctx.step("group", answer))
+        return [*gathered, await task, await later(kept), waited, grouped.result()]
+
+    result = await patterns.run()
+    assert result.status is NodeStatus.COMPLETED and result.output == [42] * 6
+    steps = sorted(n.name for n in result.tree.find(type=NodeType.STEP))
+    assert steps == ["g1", "g2", "group", "helper", "task", "wait_for"]
+
+
+async def test_a_step_whose_task_was_cancelled_before_it_started_is_not_a_missing_await() -> None:
+    @workflow(name="cancels")
+    async def cancels(ctx: WorkflowContext) -> str:
+        task = asyncio.create_task(ctx.step("skipped", answer))
+        task.cancel()  # before it ever ran: awaited, and cancelled on purpose
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        return "went on"
+
+    result = await cancels.run()
+    assert result.status is NodeStatus.COMPLETED and result.output == "went on"
+    assert result.tree.find(type=NodeType.STEP) == []

@@ -13,7 +13,7 @@ import contextlib
 import inspect
 import os
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, Generic, TypeAlias, TypeVar, overload
 
 import anthropic
@@ -418,16 +418,33 @@ class Agent(Generic[DepsT]):
         *,
         message_history: History | None = None,
         deps: DepsT | None = None,
-    ) -> AsyncIterator[StreamEvent]:
-        """Run the prompt, yielding deltas and tool activity; the last event is ``result``."""
+    ) -> AsyncGenerator[StreamEvent, None]:
+        """Run the prompt, yielding deltas and tool activity; the last event is ``result``.
+
+        Leaving early (a ``break``, with or without ``contextlib.aclosing``, or an
+        exception in the ``async for`` body) cancels the prompt when the stream is
+        closed: its node and its history session end ``cancelled``. The prompt only
+        ends ``completed`` while its consumer is still reading.
+        """
         history = self._check_call(message_history, deps)
         checked = self._overrides(overrides)
         queue: asyncio.Queue[StreamEvent | BaseException | None] = asyncio.Queue()
+        # Set while the consumer waits for an event with nothing queued.
+        asking = asyncio.Event()
+
+        async def caught_up() -> None:
+            # Until the consumer has taken every event sent and asks for more; one that
+            # left never does, so its prompt waits here until the stream is closed.
+            while not (asking.is_set() and queue.empty()):
+                if asking.is_set():
+                    await asyncio.sleep(0)  # the consumer is due to take what is queued
+                else:
+                    await asking.wait()
 
         async def produce() -> None:
             try:
                 result = await self._execute(
-                    _as_prompt(prompt), checked, queue.put_nowait, history, deps
+                    _as_prompt(prompt), checked, queue.put_nowait, history, deps, caught_up
                 )
                 queue.put_nowait(StreamEvent("result", result=result.output))
             except BaseException as exc:
@@ -436,15 +453,25 @@ class Agent(Generic[DepsT]):
                 queue.put_nowait(None)
 
         task = asyncio.create_task(produce())
+        # Held here too: a stream dropped in a reference cycle is garbage together with
+        # everything its prompt waits on, and its task must be cancelled, not destroyed.
+        _STREAMING.add(task)
+        task.add_done_callback(_STREAMING.discard)
         try:
             while True:
+                if queue.empty():
+                    asking.set()
                 item = await queue.get()
+                asking.clear()
                 if item is None:
                     break
                 if isinstance(item, BaseException):
                     raise item
                 yield item
         finally:
+            # Closed before the end (aclose(), the generator's finalizer, the loop's
+            # shutdown_asyncgens, or the consumer's own cancellation): the prompt is
+            # cancelled, never left to finish as if its result had been taken.
             if not task.done():
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -516,8 +543,12 @@ class Agent(Generic[DepsT]):
         emit: Callable[[StreamEvent], None] | None,
         history: tuple[dict[str, Any], ...] = (),
         deps: Any = None,
+        caught_up: Callable[[], Awaitable[None]] | None = None,
     ) -> Awaitable[PromptResult[Any]]:
-        """What awaiting runs the prompt: without history, the pipeline's own coroutine."""
+        """What awaiting runs the prompt: without history, the pipeline's own coroutine.
+
+        ``caught_up`` (a stream's) is awaited before the prompt ends ``completed``.
+        """
         forced: Forced | None = forced_for(self)
         if forced is not None and forced.settings is not None:
             overrides = merge_overrides(overrides, forced.settings)
@@ -537,6 +568,7 @@ class Agent(Generic[DepsT]):
             emit=emit,
             history=history,
             deps=deps,
+            caught_up=caught_up,
         )
         if not history:
             return run_prompt(run, layers_for(run, self._candidates(overrides)))
@@ -573,6 +605,8 @@ async def _with_history(run: PromptRun, layers: Layers) -> PromptResult[Any]:
 
 
 _AGENT_RUN = Agent.run
+#: The tasks of the prompts ``agent.stream()`` runs, until they end.
+_STREAMING: set[asyncio.Task[None]] = set()
 _OWN_PARAMETERS = frozenset(inspect.signature(Agent.__init__).parameters) - {"self", "options"}
 
 

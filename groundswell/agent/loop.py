@@ -25,7 +25,7 @@ from ..errors import (
 )
 from ..model import api_error, call_model, is_retryable_stream_error
 from ..run_context import Frame, current_frame, enter_frame, reset_frame, set_frame
-from ..tools import ToolContext, ToolFailed, tool_error_text, tool_result_content
+from ..tools import ToolContext, ToolFailed, is_interrupt, tool_error_text, tool_result_content
 from ..tree import NodeStatus, NodeType
 from .middleware import Layer, Layers
 from .run import PromptResult, PromptRun, StreamEvent, ToolCall
@@ -173,6 +173,8 @@ async def _attempt(run: PromptRun, layers: Layers) -> PromptResult[Any]:
             result = await _prompt_layers(layers.inner_prompt, 0, run, turns)
         else:
             result = await _turns(run, layers)
+        if run.streaming:  # completed only while the stream's consumer is still reading
+            await run.caught_up()
         if run.has_deferred:
             await run.run_deferred()
     except BaseException as exc:
@@ -442,10 +444,10 @@ async def tool_call(run: PromptRun, layers: Layers, block: dict[str, Any]) -> di
             raise
         # The tool's own cancellation (say, of something it awaited): a tool error.
         content, error = tool_error_text(exc), exc
-    except KeyboardInterrupt:
-        tree.end_node(node, NodeStatus.CANCELLED)
-        raise
     except BaseException as exc:  # the tool or a middleware around it; SystemExit too
+        if is_interrupt(exc):  # a real Ctrl-C (not a tool's own KeyboardInterrupt): stop
+            tree.end_node(node, NodeStatus.CANCELLED)
+            raise
         content = tool_error_text(exc)
         error = ToolError(content) if isinstance(exc, ToolFailed) else exc
     finally:

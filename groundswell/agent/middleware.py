@@ -19,6 +19,7 @@ one attempt's node.
 
 from __future__ import annotations
 
+import logging
 import threading
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
@@ -48,6 +49,8 @@ __all__ = [
 #: The order at which the prompt node starts: ``wrap_prompt`` layers with a lower
 #: order wrap all attempts of a prompt, those with this order or higher one attempt.
 NODE_ORDER = 200
+
+logger = logging.getLogger("groundswell.plugins")  # a middleware's problems are its plugin's
 
 PromptNext = Callable[[], Awaitable["PromptResult[Any]"]]
 ModelNext = Callable[[dict[str, Any]], Awaitable[Any]]
@@ -202,9 +205,11 @@ def _for(manager: PluginManager) -> _Made:
 class _NotMade(Exception):
     """A registered middleware whose factory failed: what went wrong, and whose it is."""
 
-    def __init__(self, problem: str, owner: str, label: str) -> None:
+    def __init__(self, name: str, problem: str, owner: str, label: str, source: str | None) -> None:
         super().__init__(problem)
-        self.problem, self.owner, self.label = problem, owner, label
+        self.name, self.problem, self.owner, self.label = name, problem, owner, label
+        #: How its plugin was loaded (``PluginInfo.source``), if it is known.
+        self.source = source
 
 
 def _make(manager: PluginManager, name: str) -> Layer:
@@ -221,19 +226,20 @@ def _make(manager: PluginManager, name: str) -> Layer:
         owner = manager.owner("register_agent_middleware", name) or name
         info = {i.name: i for i in manager.list_plugins(builtin=True)}.get(owner)
         label = f"{owner} {info.version}" if info is not None and info.version else owner
+        source = info.source if info is not None else None
         try:
             instance = record.factory()
         except GroundswellError:
             raise
         except Exception as exc:
             problem = f"agent middleware {name!r} could not be made: {type(exc).__name__}: {exc}"
-            raise _NotMade(problem, owner, label) from exc
+            raise _NotMade(name, problem, owner, label, source) from exc
         if not isinstance(instance, Middleware):
             problem = (
                 f"agent middleware {name!r}: its factory returned {type(instance).__name__}, "
                 "not a groundswell.Middleware"
             )
-            raise _NotMade(problem, owner, label)
+            raise _NotMade(name, problem, owner, label, source)
         layer = made.layers[name] = Layer.of(instance, record.order, record.name)
     return layer
 
@@ -250,25 +256,60 @@ def _registered(name: str) -> Layer:
 
 
 def default_layers() -> tuple[Layer, ...]:
-    """The layers of every ``default=True`` middleware, sorted.
+    """The layers of every ``default=True`` middleware, sorted; kept once all are made.
 
-    One that cannot be made is reported like a broken plugin (raised when
-    plugins are strict) and left out.
+    A default middleware may be a safety control (a hook that denies a tool, a
+    tool's timeout), so one that cannot be made is never left out: the prompt
+    fails with a `PluginError` naming it and saying what to do, and the next
+    prompt tries to make it again (an error that passes, such as running out of
+    file descriptors, then heals). Nothing is kept until every one is made.
     """
     manager = get_plugin_manager()
     made = _for(manager)
     if made.defaults is not None:
         return made.defaults
     layers: list[Layer] = []
+    failed: list[_NotMade] = []
     for name, record in manager.agent_middleware().items():
         if not record.default:
             continue
         try:
             layers.append(_make(manager, name))
         except _NotMade as exc:
-            manager.report(exc.owner, exc.problem, exc.__cause__)
+            failed.append(exc)
+    if failed:
+        raise _fail_closed(manager, failed) from failed[0].__cause__
     made.defaults = tuple(sorted(layers, key=lambda la: la.key))
     return made.defaults
+
+
+def _fail_closed(manager: PluginManager, failed: Sequence[_NotMade]) -> PluginError:
+    """The error of a prompt whose default middleware could not all be made.
+
+    Each problem is listed with its plugin (``groundswell plugins``) and logged
+    once; the error names the first, and how to run without it.
+    """
+    for exc in failed:
+        if exc.problem not in manager.errors.get(exc.owner, ()):
+            logger.warning("plugin %r: %s", exc.label, exc.problem)
+        manager.note(exc.owner, exc.problem)
+    first = failed[0]
+    if first.source == "entry point":
+        remedy = f"to run without it, disable its plugin: GROUNDSWELL_DISABLE_PLUGINS={first.owner}"
+    elif first.source == "registered":
+        remedy = (
+            "to run without it, unregister its plugin: "
+            f"groundswell.get_plugin_manager().unregister({first.owner!r})"
+        )
+    else:  # the kernel's own: nothing to switch off
+        remedy = "it is the kernel's own: fix the cause above"
+    others = ", ".join(repr(e.name) for e in failed[1:])
+    also = f" (nor could {others})" if others else ""
+    return PluginError(
+        f"plugin {first.label!r}: default {first.problem}{also}; prompts fail rather than run "
+        f"without it, and the next prompt tries again ({remedy})",
+        plugin=first.owner,
+    )
 
 
 def resolve(items: Sequence[Any] | None, owner: str) -> tuple[Layer, ...]:

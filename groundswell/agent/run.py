@@ -185,6 +185,7 @@ class PromptRun:
     """
 
     __slots__ = (
+        "_caught_up",
         "_continuation",
         "_deferred",
         "_emit",
@@ -224,6 +225,7 @@ class PromptRun:
         emit: Callable[[StreamEvent], None] | None,
         history: tuple[dict[str, Any], ...] = (),
         deps: Any = None,
+        caught_up: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.agent = agent
         self.prompt = prompt
@@ -236,6 +238,7 @@ class PromptRun:
         #: The workflow run the prompt belongs to, or ``None`` outside one.
         self.workflow = workflow
         self._emit = emit
+        self._caught_up = caught_up
         self._node: EventNode | None = None
         self.messages: list[dict[str, Any]] = []
         #: The earlier conversation (``message_history``) sent before ``messages``; a
@@ -355,6 +358,17 @@ class PromptRun:
     def has_deferred(self) -> bool:
         """True when `defer` collected actions for the current attempt."""
         return bool(self._deferred)
+
+    async def caught_up(self) -> None:
+        """Wait until the ``agent.stream()`` consumer has taken every event and asks for more.
+
+        The loop waits here before it ends a prompt node ``completed``: a consumer that
+        left the stream early never asks again, so the prompt stays open until the
+        stream is closed (``aclose()``, its finalizer or the loop's shutdown), which
+        cancels it. Returns at once when not streaming.
+        """
+        if self._caught_up is not None:
+            await self._caught_up()
 
     async def run_deferred(self) -> None:
         """Run the actions `defer` collected for the attempt that just succeeded."""

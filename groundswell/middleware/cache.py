@@ -17,6 +17,7 @@ from ..agent import Middleware, PromptNext, PromptResult, PromptRun, ToolCall, T
 from ..cache import (
     Cache,
     ToolCachePolicy,
+    answer_scope,
     cached_tool_call,
     choose_cache,
     request_cache_key,
@@ -48,7 +49,8 @@ class AnswerCache(Middleware):
 
     async def wrap_prompt(self, run: PromptRun, call_next: PromptNext) -> PromptResult[Any]:
         cache = _backend(run)
-        key = request_cache_key(run.agent.name, run.request())
+        # A fake's answers are cached apart from every other client's (`answer_scope`).
+        key = request_cache_key(run.agent.name, run.request(), answer_scope(run.client))
         first = run.scratch.setdefault(_FIRST, (cache, key))
         fmt = run.prompt.output_type
         # Cached: a structured answer as JSON-ready data (validated again when read), text as is.

@@ -21,7 +21,7 @@ from ..agent import Middleware, ModelNext, PromptNext, PromptResult, PromptRun, 
 from ..agent.loop import is_final
 from ..claude_hooks import HookRunner, PromptBlocked, blocked, specific
 from ..run_context import current_frame
-from ..tools import ToolFailed, tool_error_text, tool_result_content
+from ..tools import ToolFailed, is_interrupt, tool_error_text, tool_result_content
 from ..tree import EventTree, NodeType
 
 __all__ = ["ClaudeHooks"]
@@ -148,9 +148,9 @@ async def _tool_call(
     about = {"tool_name": name, "tool_input": call.input, "tool_use_id": call_id}
     try:
         content = tool_result_content(await call_next(call))
-    except (asyncio.CancelledError, KeyboardInterrupt):
-        raise
-    except BaseException as exc:  # SystemExit from a tool is a failure like any other
+    except BaseException as exc:  # SystemExit or KeyboardInterrupt too: a failure like any other
+        if isinstance(exc, asyncio.CancelledError) or is_interrupt(exc):
+            raise  # the run is stopping (a real Ctrl-C), not the tool failing
         await runner.run(
             "PostToolUseFailure",
             {**about, "error": tool_error_text(exc)},

@@ -393,6 +393,65 @@ class _CacheCheck:
                 "serves the whole process, so keep loop-bound clients per event loop"
             )
 
+    async def locking(self) -> None:
+        """The optional lock (`groundswell.cache.CacheLock`), when the backend offers it."""
+        offered = [m for m in ("try_lock", "unlock") if callable(getattr(self.cache, m, None))]
+        if not offered:
+            return
+        if len(offered) == 1:
+            self.findings.add(
+                f"it has {offered[0]} but not {'unlock' if offered[0] == 'try_lock' else 'try_lock'}"
+                "; a backend that offers a lock has both (async try_lock(key, owner, ttl) and "
+                "async unlock(key, owner)), or neither"
+            )
+            return
+        key, ttl = self.key("lock"), self.ttl
+        me, other = _unique("owner-"), _unique("owner-")
+
+        async def take(owner: str, expected: bool, when: str, wrong: str = "") -> bool:
+            answered, held = await self.call("try_lock", key, owner, ttl)
+            if not answered:
+                return False
+            if held is not True and held is not False:
+                self.findings.add(
+                    f"try_lock returned {shown(held)}; it must return True (the owner holds the "
+                    "lock now) or False (another owner does)"
+                )
+                return False
+            if held is not expected:
+                self.findings.add(
+                    wrong or f"try_lock {when} returned {held}; it must return {expected}"
+                )
+                return False
+            return True
+
+        try:
+            if not (
+                await take(me, True, "on a free key")
+                and await take(other, False, "while another owner held the lock")
+                and await take(me, True, "by the owner holding it (a renewal)")
+            ):
+                return
+            if (await self.get_value(key, "a locked key"))[0]:
+                self.findings.add(
+                    "get found an entry under a key that was only locked; keep locks apart "
+                    "from entries (e.g. under a prefix of their own)"
+                )
+            await self.call("unlock", key, other)
+            wrong = "unlock(key, owner) released a lock that another owner held; release it only "
+            wrong += "for its owner (compare and delete in one step, e.g. a Lua script)"
+            if not await take(other, False, "after another owner's unlock", wrong):
+                return
+            await self.call("unlock", key, me)
+            if not await take(other, True, "after its holder's unlock"):
+                return
+            await asyncio.sleep(ttl + 0.6)
+            await take(me, True, f"after the holder's ttl={ttl:g} s ran out")
+        finally:
+            for owner in (me, other):
+                with contextlib.suppress(Exception):
+                    await _settle(self.cache.unlock(key, owner), CALL_TIMEOUT_S)
+
     async def through_the_kernel(self) -> None:
         fake = FakeAnthropicAPI(_answering)
         agent = Agent(name=self.prefix, client=fake.client(max_retries=0), cache=self.cache)
@@ -512,7 +571,10 @@ async def check_cache_backend(backend: Any, *, ttl: float = 0.5) -> None:
     (``ttl`` here, kept short; raise it for a store with coarse expiry), ``None``
     as the default lifetime, ``bust`` and ``bust_prefix`` results, concurrent
     calls and calls from another event loop, agents answered from it, and
-    `groundswell.invalidate`. Takes about ``ttl + 1`` seconds (it waits
+    `groundswell.invalidate`; and the optional lock (``try_lock``/``unlock``,
+    `groundswell.cache.CacheLock`) when the backend has one: exclusive,
+    renewed by its owner, released only by it, and over after its ``ttl``.
+    Takes about ``ttl + 1`` seconds, twice that with a lock (it waits
     ``ttl + 0.6`` for expiry: keep ``ttl`` >= 0.5 for a store that has whole
     seconds only).
     """
@@ -531,6 +593,7 @@ async def check_cache_backend(backend: Any, *, ttl: float = 0.5) -> None:
         await check.round_trips()
         await check.expiry_and_busting()
         await check.concurrency()
+        await check.locking()
         await check.through_the_kernel()
     finally:
         await check.clean_up()

@@ -15,6 +15,7 @@ import os
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any, cast
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Any, cast
 import anthropic
 import httpx2
 
+from ..cache import scope_answers
 from ..errors import ConfigurationError
 from ._replay import Mismatch, ReplayModel
 from ._replies import (
@@ -70,6 +72,15 @@ class FakeAnthropicAPI:
     request for a `FunctionModel`, or any object with ``respond(request)``.
     Every request is recorded in `requests`. With ``api_key`` set, other
     keys get a real 401.
+
+    Each fake has an answer cache of its own: agents with a cache, put on it
+    (by `use_fake`, the ``fake_agents`` fixture, ``agent.override(client=...)``
+    or ``Agent(client=fake.client())``), never get an answer that another fake
+    gave, in any backend, so no test reads another test's answers. With
+    ``share_cache=True`` (or setting `share_cache` later, e.g. in a test using
+    ``fake_agents``) its answers go to the agents' ordinary cache instead,
+    shared with every other sharing fake and real client, in this process and
+    others on a shared backend.
     """
 
     def __init__(
@@ -80,6 +91,7 @@ class FakeAnthropicAPI:
         | None = None,
         *,
         api_key: str | None = None,
+        share_cache: bool = False,
     ) -> None:
         if model is None:
             self.model: FakeModel = SchemaModel()
@@ -97,6 +109,9 @@ class FakeAnthropicAPI:
                 + (" (a single reply? put it in a list)" if isinstance(model, str | Reply) else "")
             )
         self.api_key = api_key
+        #: False (the default): this fake's answers are cached apart from all others'.
+        self.share_cache = share_cache
+        self._cache_scope = f"fake-{uuid.uuid4().hex}"
         self.requests: list[MessagesRequest] = []
         self.count_token_requests: list[MessagesRequest] = []
         self._lock = threading.Lock()
@@ -311,7 +326,20 @@ class FakeAnthropicAPI:
         kwargs.setdefault("api_key", self.api_key or FAKE_API_KEY)
         kwargs.setdefault("base_url", "http://fake-anthropic.invalid")
         kwargs.setdefault("http_client", httpx2.AsyncClient(transport=self.transport()))
-        return anthropic.AsyncAnthropic(**kwargs)
+        return self.scoped(anthropic.AsyncAnthropic(**kwargs))
+
+    def scoped(self, client: anthropic.AsyncAnthropic) -> anthropic.AsyncAnthropic:
+        """``client`` (one talking to this fake), given this fake's answer cache; returned.
+
+        `client` and ``serve().client()`` do this already; use it for a client
+        you make yourself, e.g. ``AsyncAnthropic(base_url=server.base_url)``.
+        """
+        scope_answers(client, self.cache_scope)
+        return client
+
+    def cache_scope(self) -> str | None:
+        """The scope this fake's answers are cached under; ``None`` when `share_cache` is set."""
+        return None if self.share_cache else self._cache_scope
 
     # -- on a port ------------------------------------------------------------------
 
@@ -326,6 +354,8 @@ def use_fake(
     | Sequence[Answer | str]
     | Callable[[MessagesRequest], Answer | str]
     | None = None,
+    *,
+    share_cache: bool | None = None,
     **settings: Any,
 ) -> Scope[FakeAnthropicAPI]:
     """Put every agent in the process on a fake API while the block runs; yields the fake.
@@ -335,7 +365,10 @@ def use_fake(
     anywhere (module-level ones included, in any task or thread) send their
     requests to it, whatever client they were built with; ``settings``
     (``model=...`` and the like) are forced on them too. An agent's own
-    ``agent.override(...)`` still wins. It also decorates a test function,
+    ``agent.override(...)`` still wins. Agents with a cache get the fake's own
+    answer cache, so answers cached before the block (or by another fake) are
+    not used; ``share_cache=True`` sets the fake's `share_cache` to use the
+    agents' ordinary cache instead. It also decorates a test function,
     sync or async. The ``fake_agents`` pytest fixture does this for one test::
 
         with use_fake([text("Hello!")]) as fake:
@@ -356,6 +389,8 @@ def use_fake(
             f"{type(fake).__name__}: write use_fake([{fake!r:.40}])"
         )
     api = fake if isinstance(fake, FakeAnthropicAPI) else FakeAnthropicAPI(fake)
+    if share_cache is not None:
+        api.share_cache = share_cache
     every = override_agents(api.client(), **settings)
 
     @contextlib.contextmanager
@@ -398,7 +433,7 @@ class LoopbackServer:
         """A real ``anthropic.AsyncAnthropic`` talking to this server over TCP."""
         kwargs.setdefault("api_key", self.fake.api_key or FAKE_API_KEY)
         kwargs.setdefault("base_url", self.base_url)
-        return anthropic.AsyncAnthropic(**kwargs)
+        return self.fake.scoped(anthropic.AsyncAnthropic(**kwargs))
 
     def close(self) -> None:
         """Stop the server and its thread."""

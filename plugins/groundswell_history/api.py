@@ -235,7 +235,7 @@ class SessionOut(BaseModel):
 
     id: str
     relevance: float = Field(ge=0, le=1)
-    status: str = Field(description="completed, failed or running")
+    status: str = Field(description="completed, failed, cancelled or running")
     started_at: float = Field(description="Unix time")
     ended_at: float | None = None
     task_id: str | None = None

@@ -90,6 +90,8 @@ def _session_line(session: Session, score: float, now: float) -> str:
         outcome = f"failed: {_quoted(session.error)}"
     elif session.status == "running":
         outcome = "did not finish"
+    elif session.status == "cancelled":
+        outcome = "cancelled before it finished"
     else:
         outcome = f"completed: {_quoted(session.output_summary)}"
     asked = _short(str(session.metadata.get("user") or ""), 120)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from groundswell import Middleware, PromptResult, PromptRun
+from groundswell import Middleware, PromptResult, PromptRun, observe_run
 from groundswell.agent import PromptNext
+
+from .sink import HistorySink
 
 __all__ = ["MarkSessions"]
 
@@ -14,7 +16,9 @@ class MarkSessions(Middleware):
     """Marks the prompt node of an ``Agent(history=True)`` agent, so the sink records it.
 
     Order 150, below the prompt node (200): the mark must be in the node's payload
-    when the node starts, which is when the sink opens a session.
+    when the node starts, which is when the sink opens a session; and the run must
+    reach the history sinks by then (`groundswell.observe_run`), since they take
+    only the runs that ask for them.
     """
 
     def active(self, run: PromptRun) -> bool:
@@ -22,4 +26,7 @@ class MarkSessions(Middleware):
 
     async def wrap_prompt(self, run: PromptRun, call_next: PromptNext) -> PromptResult[Any]:
         run.payload["history"] = True
+        # The sinks record only the runs that ask (unless they record every agent): this
+        # run asks now, before its prompt node starts, so they see the session whole.
+        observe_run(HistorySink, run.tree)
         return await call_next()

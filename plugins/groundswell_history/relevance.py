@@ -23,7 +23,7 @@ __all__ = ["TaskSignature", "relevance", "scorer", "task_signature"]
 
 EXACT, PARTIAL = 0.5, 0.3
 RECENCY, DECAY_PER_DAY = 0.3, 0.1
-OUTCOME = {"completed": 0.2, "running": 0.1, "failed": 0.0}
+OUTCOME = {"completed": 0.2, "running": 0.1, "cancelled": 0.1, "failed": 0.0}
 _SPACES = re.compile(r"\s+")
 
 

@@ -129,6 +129,13 @@ class HistorySink:
         self.last_error: str | None = None
         self._outage = False
 
+    @property
+    def every_run(self) -> bool:
+        """Whether the hub sends this sink every run (`record_all`), or only the runs that
+        ask for it: the ``history`` middleware asks for the runs of ``Agent(history=True)``
+        prompts (`groundswell.observe_run`), so other runs cost nothing here."""
+        return self.record_all
+
     # -- events ---------------------------------------------------------------------
 
     def handle(self, event: Event) -> None:
@@ -147,10 +154,16 @@ class HistorySink:
 
     def _started(self, run_id: str, data: Mapping[str, Any]) -> None:
         node_id, parent = str(data["id"]), data.get("parent_id")
+        if node_id in self._types:
+            return  # seen before: observe_run sends a run's path again for each session
         kind = str(data.get("type"))
         self._parents[node_id] = parent
         self._types[node_id] = kind
         self._runs.setdefault(run_id, set()).add(node_id)
+        for recorded in data.get("events") or ():
+            # A node that started before the run reached the sink comes with its events.
+            if isinstance(recorded, Mapping) and recorded.get("type") == TASK_EVENT:
+                self._tasks[node_id] = dict(recorded)
         payload = data.get("payload") or {}
         if kind == "prompt":
             if not (self.record_all or payload.get("history")) or self._inside_prompt(parent):
@@ -190,7 +203,7 @@ class HistorySink:
             self._queue(
                 "end_session",
                 session_id=node_id,
-                status="completed" if status == "completed" else "failed",
+                status=status if status in ("completed", "cancelled") else "failed",
                 ended_at=data.get("ended_at"),
                 output=payload.get("output"),
                 error=error_text,

@@ -304,7 +304,7 @@ class HistoryStore:
     def end_session(
         self,
         session_id: str,
-        status: Literal["completed", "failed"],
+        status: Literal["completed", "failed", "cancelled"],
         *,
         ended_at: float | None = None,
         output: Any = None,

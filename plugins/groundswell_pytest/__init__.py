@@ -7,7 +7,10 @@ fixtures: a project that never uses Groundswell pays nothing for it.
 - ``fake_anthropic``: a fresh `groundswell.testing.FakeAnthropicAPI`.
 - ``fake_anthropic_server``: the same fake served on a loopback port.
 - ``fake_agents``: every agent in the test talks to ``fake_anthropic``
-  (``groundswell.testing.use_fake``), module-level agents included.
+  (``groundswell.testing.use_fake``), module-level agents included. Each
+  test's fake has an answer cache of its own, so a cached agent never answers
+  one test with another's answer; ``fake_agents.share_cache = True`` in a
+  test shares the agents' ordinary cache instead.
 
 The fixtures are synchronous, so they work in async tests run by
 pytest-asyncio and by anyio's pytest plugin alike.

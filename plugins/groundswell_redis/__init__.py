@@ -7,6 +7,11 @@ Entries are JSON under ``<prefix><key>`` with a TTL. Clearing a prefix uses
 raised to the caller; Groundswell's agents turn them into a cache miss with a
 ``cache_error`` event, so a Redis outage never fails a run.
 
+It offers the kernel's optional lock (``try_lock``/``unlock``, see
+`groundswell.cache.CacheLock`): ``SET <prefix>lock:<key> <owner> NX PX <ttl>``,
+renewed and released only by its owner (a Lua script each), so processes
+sharing the server answer each request once between them.
+
 A redis.asyncio client belongs to one event loop, so the cache keeps one per
 running loop and closes it when that loop shuts down (``asyncio.run()`` and
 every runner that calls ``loop.shutdown_asyncgens()``): many short
@@ -28,6 +33,26 @@ from groundswell import CacheBackend, ConfigurationError, hookimpl
 __all__ = ["RedisCache"]
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
+# Take the lock if it is free, or renew it for its owner; 1 if the owner holds it now.
+_TRY_LOCK = """
+local held = redis.call('GET', KEYS[1])
+if held == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+if held then
+  return 0
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+"""
+# Release the lock, only for its owner; 1 if it did.
+_UNLOCK = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
 
 
 def _redis_asyncio() -> Any:
@@ -137,6 +162,20 @@ class RedisCache:
         await self._call(
             "set", self.prefix + key, json.dumps(value, separators=(",", ":")), None, life_ms
         )
+
+    async def try_lock(self, key: str, owner: str, ttl: float) -> bool:
+        """Lock ``key`` for ``owner`` for ``ttl`` seconds if it is free, or renew ``owner``'s lock.
+
+        The lock lives under ``<prefix>lock:<key>``, apart from the entry; True if
+        ``owner`` holds it now.
+        """
+        life_ms = max(1, int(ttl * 1000))
+        held = await self._call("eval", _TRY_LOCK, 1, self.prefix + "lock:" + key, owner, life_ms)
+        return bool(held)
+
+    async def unlock(self, key: str, owner: str) -> bool:
+        """Release ``owner``'s lock on ``key`` (never another owner's); True if it did."""
+        return bool(await self._call("eval", _UNLOCK, 1, self.prefix + "lock:" + key, owner))
 
     async def bust(self, key: str) -> bool:
         """Remove ``key``; True if it was present."""
