@@ -444,18 +444,19 @@ def _argv_values(args: Sequence[str]) -> Iterator[tuple[int, str]]:
             continue
         after_flag = False
         if arg.startswith("-") and len(arg) > 2:
+            joined = arg[2:]
+            # -pVALUE: a password joined to its flag (mysql, sshpass), whatever it
+            # holds (-pMyKey_1 is no "key" flag); a word of lowercase letters is an
+            # option (-print, -pthread, -password VALUE).
+            if arg[1] == "p" and not (joined.isalpha() and joined.islower()):
+                yield i, "-p"
+                continue
             name, equals, value = arg.partition("=")
             if is_secret_key(name) and not name.startswith("--no-"):  # --no-auth takes no value
                 if not equals:
                     after_flag = True
                 elif value:
                     yield i, name + equals  # --token=VALUE
-                continue
-            joined = arg[2:]
-            # -pVALUE: a password joined to its flag (mysql, sshpass); a word of
-            # lowercase letters is an option (-print, -pthread, -profile).
-            if arg[1] == "p" and not (joined.isalpha() and joined.islower()):
-                yield i, "-p"
         # "-p VALUE" stays: a port, a path or a database name, not a password.
 
 
@@ -478,11 +479,12 @@ def scrub_argv(args: Sequence[str]) -> list[str]:
 def argv_secrets(args: Sequence[str]) -> list[str]:
     """The secret values `scrub_argv` takes out of ``args``, to `register_secret` them.
 
-    Leaves out a value that is one lowercase word (``--auth oauth``): a mode
-    rather than a credential, and registered it would be replaced everywhere.
+    Leaves out a value that does not look random (``--auth OAuth2``) and a path
+    (``--ssh-key ~/.ssh/id_ed25519``): a mode or a file rather than a credential,
+    and registered it would be replaced everywhere. `scrub_argv` still hides them.
     """
     values = [args[i][len(prefix) :] for i, prefix in _argv_values(args)]
-    return [v for v in values if not (v.isalpha() and v.islower())]
+    return [v for v in values if _looks_random(v) and not v.startswith(("/", "~", "./", "../"))]
 
 
 def scrub_json(value: Any, convert: Callable[[Any], Any] | None = None) -> Any:

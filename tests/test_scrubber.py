@@ -332,7 +332,7 @@ LOOKALIKE_KEYS: list[tuple[str, Any]] = [
 MCP_API_KEY = "mcp-arg-api-key-3e7a91"
 MCP_TOKEN = "mcp-arg-token-5b2c84"
 MCP_PASSWORD = "mcp-arg-password-9d1f07"
-MCP_SHORT_PASSWORD = "Pw7x2q9z"
+MCP_SHORT_PASSWORD = "MyKey_7x2q9z"  # "key" inside: still a -p password, not a flag
 MCP_KEPT = "--token-type bearer --port=8931 -p 8080"
 MCP_ARGS = [
     "--api-key",
@@ -959,3 +959,15 @@ def test_a_secret_set_in_the_environment_is_scrubbed_at_once(
     assert scrub("value env-secret-value-0f0f0f") == "value env-secret-value-0f0f0f"
     monkeypatch.setenv("SOME_VENDOR_API_KEY", "env-secret-value-0f0f0f")
     assert scrub("value env-secret-value-0f0f0f") == f"value {REDACTED}"
+
+
+def test_a_command_line_keeps_its_options_and_registers_only_credentials() -> None:
+    from groundswell._scrub import argv_secrets, scrub_argv
+
+    mysql = ["mysql", "-uroot", "-pMyKey_2024", "warehouse_prod"]
+    assert scrub_argv(mysql) == ["mysql", "-uroot", f"-p{REDACTED}", "warehouse_prod"]
+    assert argv_secrets(mysql) == ["MyKey_2024"]  # never the database's name
+    flags = ["--auth", "OAuth2", "--ssh-key", "/home/u/.ssh/id_ed25519", "--token", "t0k-9f3a1c2e"]
+    assert scrub_argv(flags) == ["--auth", REDACTED, "--ssh-key", REDACTED, "--token", REDACTED]
+    # A mode and a path are hidden where recorded, but not replaced everywhere else.
+    assert argv_secrets(flags) == ["t0k-9f3a1c2e"]

@@ -7,8 +7,6 @@ from typing import Any
 from groundswell import Middleware, PromptResult, PromptRun, observe_run
 from groundswell.agent import PromptNext
 
-from .sink import HistorySink
-
 __all__ = ["MarkSessions"]
 
 
@@ -26,6 +24,10 @@ class MarkSessions(Middleware):
 
     async def wrap_prompt(self, run: PromptRun, call_next: PromptNext) -> PromptResult[Any]:
         run.payload["history"] = True
+        # Imported here: the marker is a default middleware, and the sink pulls in the
+        # store; a process whose agents keep no history never pays for that import.
+        from .sink import HistorySink
+
         # The sinks record only the runs that ask (unless they record every agent): this
         # run asks now, before its prompt node starts, so they see the session whole.
         observe_run(HistorySink, run.tree)

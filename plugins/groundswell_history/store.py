@@ -192,13 +192,17 @@ class HistoryStore:
     def migrate(self) -> int:
         """Create the tables, or bring an older schema up to date; returns the version."""
         sa = _sqlalchemy()
-        try:
-            return self._migrate(sa)
-        except (sa.exc.IntegrityError, sa.exc.ProgrammingError, sa.exc.OperationalError):
-            # Two processes creating the schema at once: one loses the race; the
-            # schema is there by now, so once more finds it and only checks it.
-            time.sleep(0.2)
-            return self._migrate(sa)
+        for attempt in range(_MIGRATE_TRIES):
+            try:
+                return self._migrate(sa)
+            except (sa.exc.IntegrityError, sa.exc.ProgrammingError, sa.exc.OperationalError):
+                # Stores creating the schema at once: all but one lose the race, and
+                # with several at once a loser may race another loser on its next try
+                # too; each try finds more of the schema made, until one only checks it.
+                if attempt == _MIGRATE_TRIES - 1:
+                    raise
+                time.sleep(0.1 * (attempt + 1))
+        raise AssertionError("unreachable")  # the loop returns or raises
 
     def _migrate(self, sa: Any) -> int:
         meta, info, *_ = self._tables
@@ -729,6 +733,7 @@ def safe_url(url: str) -> str:
 
 
 _WAL_TRIES = 20
+_MIGRATE_TRIES = 6  # schema creation raced by other stores (see HistoryStore.migrate)
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
