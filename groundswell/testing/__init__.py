@@ -12,8 +12,9 @@ assert fake.requests[1].tool_results()[0]["content"] == "3"
 ``use_fake(...)`` puts every agent (module-level ones included) on a fake,
 ``agent.override(client=...)`` one agent, and ``FakeAnthropicAPI.from_trace``
 replays a saved run. Each fake has an answer cache of its own, so no test
-gets an answer another test's fake gave (``share_cache=True`` shares). The pytest plugin installed with Groundswell provides
-the ``fake_anthropic``, ``fake_anthropic_server`` and ``fake_agents`` fixtures.
+gets an answer another test's fake gave (``share_cache=True`` shares). The
+pytest plugin installed with Groundswell provides the ``fake_anthropic``,
+``fake_anthropic_server`` and ``fake_agents`` fixtures.
 """
 
 from ._checks import (
