@@ -72,6 +72,7 @@ __all__ = [
     "choose_cache",
     "get_cache",
     "invalidate",
+    "lock_problem",
     "request_cache_key",
     "schema_hash",
     "scope_answers",
@@ -446,7 +447,8 @@ def _locking(cache: Cache) -> bool:
     return callable(getattr(cache, "try_lock", None)) and callable(getattr(cache, "unlock", None))
 
 
-def _lock_problem(held: Any) -> str | None:
+def lock_problem(held: Any) -> str | None:
+    """What is wrong with ``held``, a `CacheLock.try_lock` answer (``None``: nothing)."""
     if held is True or held is False:
         return None
     return (
@@ -491,7 +493,7 @@ class _Claim:
             await asyncio.sleep(guard.lock_s / 3)
             try:
                 held = await guard.call(
-                    "try_lock", self.renew(), guard.timeout_s, check=_lock_problem
+                    "try_lock", self.renew(), guard.timeout_s, check=lock_problem
                 )
             except Unavailable:
                 continue  # logged by the guard; the lease may still hold until the next try
@@ -658,7 +660,7 @@ async def _claim(
     pause = POLL_FIRST_S
     while True:
         try:
-            held = await guard.call("try_lock", take, guard.timeout_s, check=_lock_problem)
+            held = await guard.call("try_lock", take, guard.timeout_s, check=lock_problem)
         except Unavailable as exc:
             _contain(cache, exc, tree, node, key)
             return None

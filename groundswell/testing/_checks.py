@@ -32,6 +32,7 @@ from ..cache import (
     cache_entry,
     get_cache,
     invalidate,
+    lock_problem,
     request_cache_key,
 )
 from ..cache_guard import shown
@@ -412,11 +413,9 @@ class _CacheCheck:
             answered, held = await self.call("try_lock", key, owner, ttl)
             if not answered:
                 return False
-            if held is not True and held is not False:
-                self.findings.add(
-                    f"try_lock returned {shown(held)}; it must return True (the owner holds the "
-                    "lock now) or False (another owner does)"
-                )
+            problem = lock_problem(held)
+            if problem is not None:
+                self.findings.add(problem)
                 return False
             if held is not expected:
                 self.findings.add(
