@@ -30,7 +30,7 @@ from _report import output_dir, write
 from groundswell_lru import LRUCache
 
 from groundswell import Agent, Cache
-from groundswell.cache import SKIP_AFTER, SKIP_FOR_S, TIMEOUT_S
+from groundswell.cache_guard import SKIP_AFTER, SKIP_FOR_S, TIMEOUT_S
 from groundswell.events import CLOSE_TIMEOUT_S
 from groundswell.testing import FakeAnthropicAPI, text
 

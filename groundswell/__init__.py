@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.metadata as _metadata
 from typing import TYPE_CHECKING, Any
 
+from . import _sdk_logs  # noqa: F401  (the SDK's loggers scrubbed while Groundswell is imported)
 from ._serialize import is_secret_key, redact, register_secret, scrub
 from .budget import TokenBudget
 from .cache import Cache, CacheLock, ToolCachePolicy, get_cache, invalidate, tool_cache_stats
@@ -12,11 +13,14 @@ from .claude_hooks import PromptBlocked
 from .context_providers import ContextRequest
 from .errors import (
     ConfigurationError,
+    ContextWindowExceeded,
     ExtractionError,
     GroundswellError,
     MaxTurnsExceeded,
     MissingAwait,
     ModelAPIError,
+    ModelRefused,
+    OutputTruncated,
     PluginError,
     ResponseValidationError,
     StepTimeout,
@@ -41,6 +45,7 @@ from .hookspecs import (
     hookimpl,
 )
 from .plugins import PluginInfo, PluginManager, flush_sinks, get_plugin_manager
+from .pricing import set_prices
 from .prompt import Prompt, PromptOverrides, PromptTemplate, create_prompt
 from .reflection import (
     ReflectionAPI,
@@ -118,6 +123,7 @@ __all__ = [
     "ConfigurationError",
     "ContextProvider",
     "ContextRequest",
+    "ContextWindowExceeded",
     "Event",
     "EventNode",
     "EventSink",
@@ -132,8 +138,10 @@ __all__ = [
     "Middleware",
     "MissingAwait",
     "ModelAPIError",
+    "ModelRefused",
     "NodeStatus",
     "NodeType",
+    "OutputTruncated",
     "PluginError",
     "PluginInfo",
     "PluginManager",
@@ -192,6 +200,7 @@ __all__ = [
     "redact",
     "register_secret",
     "scrub",
+    "set_prices",
     "tool_cache_stats",
     "workflow",
 ]

@@ -47,6 +47,7 @@ from typing import Any
 __all__ = [
     "REDACTED",
     "argv_secrets",
+    "is_secret_field",
     "is_secret_key",
     "register_secret",
     "replace_registered",
@@ -151,6 +152,12 @@ def is_secret_key(name: str) -> bool:
     if last in _SECRET_WORDS:
         return True
     return last == "key" and len(words) > 1 and words[-2].rstrip("0123456789") not in _PLAIN_KEYS
+
+
+@functools.lru_cache(maxsize=1024)
+def is_secret_field(name: str) -> bool:
+    """`is_secret_key`, remembered per name: for the few field names a request has."""
+    return is_secret_key(name)
 
 
 # -- known values -------------------------------------------------------------------

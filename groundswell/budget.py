@@ -21,13 +21,16 @@ the budget itself and the strategies' pure parts; the ``budget`` middleware
 from __future__ import annotations
 
 import json
+import math
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .errors import ConfigurationError
+from .pricing import Spend, enter_spend, leave_spend
 from .tokens import COUNTER_ENV, Counter, known_counter
 
 __all__ = [
@@ -58,7 +61,8 @@ STRATEGIES: tuple[str, ...] = ("sliding_window", "prune_oldest", "summarize", "f
 
 @dataclass(frozen=True, kw_only=True)
 class TokenBudget:
-    """A cap on the input tokens of every model turn, and what to do above it.
+    """A cap on the input tokens of every model turn, and what to do above it; or on
+    what a run may spend, in USD; or both.
 
     ``max_total`` is the context the request may use in all; ``reserve_for_output``
     is kept free for the answer (``None``: the request's ``max_tokens``), so
@@ -72,9 +76,19 @@ class TokenBudget:
     ``prune_oldest`` and ``summarize`` always keep. ``counter`` names a
     registered token counter (``None``: ``GROUNDSWELL_TOKEN_COUNTER``, else
     ``estimate``) or is a `Counter`.
+
+    ``max_usd`` caps what the model calls in the budget's scope may cost, in
+    USD (a workflow's budget: the whole run; a step's: that step, every
+    attempt; an agent's or a prompt's: each prompt). Before each model turn,
+    the spend so far plus the turn's input at the model's input price must
+    stay within it, or `TokenBudgetExceeded` is raised; the last turn's
+    output may pass it by at most ``max_tokens`` at the output price. Every
+    workflow's and step's ``max_usd`` around a prompt holds, not only the
+    most specific budget's. Give ``max_total``, ``max_usd`` or both.
     """
 
-    max_total: int
+    max_total: int | None = None
+    max_usd: float | None = None
     reserve_for_output: int | None = None
     strategy: Strategy = "sliding_window"
     warning_threshold: float = 0.8
@@ -87,16 +101,31 @@ class TokenBudget:
         def bad(what: str) -> ConfigurationError:
             return ConfigurationError(f"TokenBudget: {what}")
 
-        if isinstance(self.max_total, bool) or not isinstance(self.max_total, int):
+        if self.max_total is None and self.max_usd is None:
+            raise bad(
+                "give max_total (input tokens per model turn), max_usd (USD a run may "
+                "spend) or both, e.g. TokenBudget(max_total=100_000) or TokenBudget(max_usd=0.50)"
+            )
+        if self.max_total is not None and (
+            isinstance(self.max_total, bool) or not isinstance(self.max_total, int)
+        ):
             raise bad(f"max_total must be an int (tokens), got {self.max_total!r}")
-        if self.max_total < 1:
+        if self.max_total is not None and self.max_total < 1:
             raise bad(f"max_total must be at least 1, got {self.max_total}")
+        usd = self.max_usd
+        if usd is not None and (
+            isinstance(usd, bool)
+            or not isinstance(usd, int | float)
+            or not math.isfinite(usd)
+            or usd <= 0
+        ):
+            raise bad(f"max_usd must be a number of US dollars > 0 (e.g. 0.50), got {usd!r}")
         reserve = self.reserve_for_output
         if reserve is not None and (
             isinstance(reserve, bool) or not isinstance(reserve, int) or reserve < 0
         ):
             raise bad(f"reserve_for_output must be an int >= 0 or None, got {reserve!r}")
-        if reserve is not None and reserve >= self.max_total:
+        if reserve is not None and self.max_total is not None and reserve >= self.max_total:
             raise bad(
                 f"reserve_for_output ({reserve}) must be less than max_total ({self.max_total}); "
                 "nothing would be left for the input"
@@ -147,7 +176,10 @@ class TokenBudget:
                 )
 
     def input_limit(self, max_tokens: int) -> int:
-        """The most input tokens a request may have, for a request asking ``max_tokens``."""
+        """The most input tokens a request may have, for a request asking ``max_tokens``
+        (``sys.maxsize`` for a budget without ``max_total``)."""
+        if self.max_total is None:
+            return sys.maxsize
         reserve = max_tokens if self.reserve_for_output is None else self.reserve_for_output
         return max(0, self.max_total - reserve)
 
@@ -177,17 +209,29 @@ def current_budget() -> tuple[TokenBudget, str] | None:
     return _scope.get()
 
 
-def enter_budget(budget: TokenBudget | None, where: str) -> Token[tuple[TokenBudget, str] | None]:
+_Scoped = Token[tuple[TokenBudget, str] | None]
+#: What `enter_budget` returns for `leave_budget`.
+BudgetToken = _Scoped | tuple[_Scoped, Token[Spend | None]]
+
+
+def enter_budget(budget: TokenBudget | None, where: str) -> BudgetToken:
     """Make ``budget`` (set on a ``"step"`` or ``"workflow"``) the one code runs in.
 
-    ``None`` means no budget (e.g. for a summarizer's own prompt). Pass the
-    token to `leave_budget` when the scope ends.
+    ``None`` means no budget (e.g. for a summarizer's own prompt; what it
+    spends still counts in the ``max_usd`` of the scopes around it). Pass
+    the token to `leave_budget` when the scope ends.
     """
-    return _scope.set((budget, where) if budget is not None else None)
+    scope = _scope.set((budget, where) if budget is not None else None)
+    if budget is None or budget.max_usd is None:
+        return scope
+    return scope, enter_spend(budget, where)  # the spend of the scope, for max_usd
 
 
-def leave_budget(token: Token[tuple[TokenBudget, str] | None]) -> None:
+def leave_budget(token: BudgetToken) -> None:
     """End the scope `enter_budget` started."""
+    if isinstance(token, tuple):
+        leave_spend(token[1])
+        token = token[0]
     _scope.reset(token)
 
 

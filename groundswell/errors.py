@@ -6,6 +6,9 @@ Every error a user can catch derives from `GroundswellError`::
     ├── ConfigurationError          bad arguments or settings; fix the call
     │   └── MissingAwait            a workflow ended with a step it never awaited
     ├── ModelAPIError               the Anthropic API answered with an error
+    │   ├── ModelRefused            the model declined to answer (stop reason refusal)
+    │   ├── ContextWindowExceeded   the reply filled the model's context window
+    │   └── OutputTruncated         max_tokens cut off a tool call
     ├── ResponseValidationError     the model's reply did not fit the response_format
     ├── ToolError                   a tool could not be defined or run
     ├── MaxTurnsExceeded            the agent loop hit max_turns
@@ -25,11 +28,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ConfigurationError",
+    "ContextWindowExceeded",
     "ExtractionError",
     "GroundswellError",
     "MaxTurnsExceeded",
     "MissingAwait",
     "ModelAPIError",
+    "ModelRefused",
+    "OutputTruncated",
     "PluginError",
     "ResponseValidationError",
     "StepTimeout",
@@ -67,15 +73,83 @@ class ModelAPIError(GroundswellError):
 
     ``status_code`` is the HTTP status (``None`` when the API was not reached);
     ``error_type`` is the API's error type (``"rate_limit_error"``, ...) when it
-    sent one.
+    sent one; ``retry_after`` the seconds its ``Retry-After`` asked to wait, if
+    it sent one.
     """
 
     def __init__(
-        self, message: str, *, status_code: int | None = None, error_type: str | None = None
+        self,
+        message: str,
+        *,
+        status_code: int | None = None,
+        error_type: str | None = None,
+        retry_after: float | None = None,
     ) -> None:
         super().__init__(message)
         self.status_code = status_code
         self.error_type = error_type
+        self.retry_after = retry_after
+
+
+class ModelRefused(ModelAPIError):
+    """The model declined to answer: the reply's stop reason is ``refusal``.
+
+    ``raw`` is the text it wrote before it stopped (often empty); ``category``
+    and ``explanation`` are the API's ``stop_details``, when it sent them.
+    Agent reflection acts on it (the prompt is tried again with the refusal as
+    feedback); otherwise rephrase the prompt or try another model.
+    """
+
+    stop_reason = "refusal"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        raw: str = "",
+        category: str | None = None,
+        explanation: str | None = None,
+    ) -> None:
+        super().__init__(message, status_code=200)
+        self.raw = raw
+        self.category = category
+        self.explanation = explanation
+
+
+class ContextWindowExceeded(ModelAPIError):
+    """The reply filled the model's context window (``model_context_window_exceeded``).
+
+    ``raw`` is the text written until then. Trying the same request again
+    cannot help, so no reflection or retry starts over (``recoverable`` is
+    ``False``): shorten the input (a `TokenBudget` trims the history) or ask
+    for less at once.
+    """
+
+    stop_reason = "model_context_window_exceeded"
+    recoverable = False
+
+    def __init__(self, message: str, *, raw: str = "") -> None:
+        super().__init__(message, status_code=200)
+        self.raw = raw
+
+
+class OutputTruncated(ModelAPIError):
+    """``max_tokens`` cut the reply off inside a tool call, which therefore never ran.
+
+    ``tool_name`` names the cut-off call, ``raw`` is the text before it and
+    ``max_tokens`` the limit in force. Raise ``max_tokens``, or set
+    ``continue_on_max_tokens=True`` to give the model another turn instead.
+    """
+
+    stop_reason = "max_tokens"
+
+    def __init__(
+        self, message: str, *, raw: str = "", tool_name: str = "", max_tokens: int | None = None
+    ) -> None:
+        super().__init__(message, status_code=200)
+        self.raw = raw
+        self.tool_name = tool_name
+        self.max_tokens = max_tokens
 
 
 class ResponseValidationError(GroundswellError):
@@ -124,12 +198,23 @@ class TokenBudgetExceeded(GroundswellError):
 
     ``breakdown`` has ``system``, ``tools``, ``instruction`` (the first user
     turn), ``assistant``, ``tool_results`` and ``user`` (other user turns),
-    plus ``total`` and ``limit``.
+    plus ``total`` and ``limit``. When the dollar limit stopped the run,
+    ``spent_usd`` is what its scope had spent and ``max_usd`` the limit (both
+    ``None`` otherwise), and ``breakdown`` has only ``total``.
     """
 
-    def __init__(self, message: str, *, breakdown: dict[str, int] | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        breakdown: dict[str, int] | None = None,
+        spent_usd: float | None = None,
+        max_usd: float | None = None,
+    ) -> None:
         super().__init__(message)
         self.breakdown = breakdown or {}
+        self.spent_usd = spent_usd
+        self.max_usd = max_usd
 
 
 class ExtractionError(GroundswellError):

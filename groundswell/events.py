@@ -175,7 +175,21 @@ class _SinkWorker:
         self._thread = threading.Thread(
             target=self._run, name=f"groundswell-sink-{name}", daemon=True
         )
-        self._thread.start()
+        self._started = False
+        # A sink that takes only the runs asking for it gets its thread when the
+        # first run does: an idle thread polling every POLL_S still takes the GIL
+        # from runs that never use the sink.
+        if self.every_run:
+            self.start()
+
+    def start(self) -> None:
+        """Start the worker thread, once (thread-safe; idempotent)."""
+        if self._started:
+            return
+        with self._state:
+            if not self._started:
+                self._thread.start()
+                self._started = True
 
     def _push(self, item: Event | _Stop | _Marker, urgent: bool = False) -> None:
         self._events.append(item)
@@ -276,6 +290,8 @@ class _SinkWorker:
             )
 
     def flush(self, deadline: float) -> bool:
+        if not self._started and self._events:
+            self.start()
         if not self._thread.is_alive():
             return not self._events
         marker = _Marker()
@@ -301,6 +317,7 @@ class _SinkWorker:
         """Ask the worker to handle what is queued, flush, close the sink and end."""
         self.stopped = True
         self._push(_STOP, urgent=True)
+        self.start()  # a never-used sink is still closed, on its own thread as always
 
     def join(self, deadline: float, timeout: float) -> None:
         """Wait for `stop` to finish until ``deadline``; a sink still busy is left behind."""
@@ -442,6 +459,7 @@ class SinkHub:
     def dispatch(self, event: Event) -> None:
         """Queue ``event`` for every sink; never blocks, never raises."""
         for worker in self._workers:
+            worker.start()
             worker.put(event)
 
     def deliver(self, event: Event) -> None:
@@ -483,6 +501,7 @@ class SinkHub:
                     continue  # it gets every event of the run already
                 if events is None:
                     events = replay() if replay is not None else []
+                worker.start()
                 for event in events:
                     worker.put(event)
                 if reached:

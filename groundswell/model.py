@@ -1,16 +1,20 @@
 """Building Messages API requests and calling ``anthropic.AsyncAnthropic``.
 
-Fields pass through by their API names. ``temperature``, ``top_p`` and
+Fields pass through by their API names: every field of the installed SDK's
+request types (`groundswell.request_fields`). ``temperature``, ``top_p`` and
 ``top_k`` travel in ``extra_body`` (the SDK no longer names them); a
 ``response_format`` (any type pydantic's ``TypeAdapter`` takes, see
-`output_type`) becomes ``output_config.format`` with its JSON schema;
-requests with ``betas`` or remote ``mcp_servers`` use the SDK's beta
-namespace. SDK errors become `ModelAPIError` with the SDK's exception
-as ``__cause__``; the SDK's own transport retries are left to the SDK.
+`output_type`) fills ``output_config.format`` with its JSON schema, beside
+any ``effort``; requests with ``betas``, remote ``mcp_servers`` or a field
+only the beta request type has use the SDK's beta namespace. SDK errors become `ModelAPIError` with the SDK's exception
+as ``__cause__``. Failed requests are retried as the SDK would, with a cap on
+the wait a ``Retry-After`` asks for (`groundswell.api_retries`); a stream that
+ends before its ``message_stop`` is an error, never a complete answer.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 import json
@@ -23,6 +27,14 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, create_model
 
+from . import _sdk_logs
+from .api_retries import (
+    DEFAULT_MAX_RETRY_WAIT,
+    error_body,
+    retry_after,
+    retry_delay,
+    without_sdk_retries,
+)
 from .errors import ConfigurationError, ModelAPIError, ResponseValidationError
 
 if TYPE_CHECKING:
@@ -45,14 +57,6 @@ __all__ = [
 ]
 
 SAMPLING_FIELDS = ("temperature", "top_p", "top_k")
-PASSTHROUGH_FIELDS = (
-    "tool_choice",
-    "stop_sequences",
-    "metadata",
-    "thinking",
-    "service_tier",
-    "extra_headers",
-)
 # Error types that mean "try that turn again" when they arrive mid-stream.
 _RETRYABLE_STREAM_ERRORS = {"overloaded_error": 529, "api_error": 500, "timeout_error": 504}
 
@@ -67,8 +71,11 @@ def build_request(
 ) -> dict[str, Any]:
     """The keyword arguments for ``messages.create`` (see `uses_beta`).
 
-    ``settings`` holds the request fields by their API names; ``mcp_servers``
-    (remote MCP servers) and ``container`` are sent as they are there.
+    ``settings`` holds the request fields by their API names: every field of
+    the installed SDK's request types that is set is sent as it is
+    (`groundswell.request_fields`), but ``output_config``, which is merged:
+    ``effort`` fills its ``effort`` and a ``response_format`` its ``format``,
+    keeping whatever else it holds.
     """
     params: dict[str, Any] = {
         "model": settings["model"],
@@ -82,10 +89,13 @@ def build_request(
     # One lookup per field (this runs for every model turn), and no extra_body
     # dict unless something goes in it.
     get = settings.get
-    for name in PASSTHROUGH_FIELDS:
+    for name in _passthrough or _load_passthrough():
         value = get(name)
         if value is not None:
             params[name] = value
+    value = get("extra_headers")
+    if value is not None:
+        params["extra_headers"] = value
     given = get("extra_body")
     extra_body = dict(given) if given else {}
     for name in SAMPLING_FIELDS:
@@ -94,34 +104,69 @@ def build_request(
             extra_body[name] = value
     if extra_body:
         params["extra_body"] = extra_body
-    value = get("container")
-    if value is not None:
-        params["container"] = value
-    if response_format is not None:
-        params["output_config"] = {
-            "format": {"type": "json_schema", "schema": output_type(response_format).schema}
-        }
+    config = get("output_config")
+    effort = get("effort")
+    if config is not None or effort is not None or response_format is not None:
+        merged = dict(config) if config else {}
+        if effort is not None:
+            merged["effort"] = effort
+        if response_format is not None:
+            merged["format"] = {
+                "type": "json_schema",
+                "schema": output_type(response_format).schema,
+            }
+        params["output_config"] = merged
     value = get("betas")
     if value:
         params["betas"] = list(value)
-    value = get("mcp_servers")
+    value = params.get("mcp_servers")
     if value:
         params["mcp_servers"] = [dict(s) for s in value]
     return params
 
 
+_passthrough: tuple[str, ...] = ()
+
+
+def _load_passthrough() -> tuple[str, ...]:
+    global _passthrough
+    from .request_fields import passthrough_fields
+
+    _passthrough = passthrough_fields()
+    return _passthrough
+
+
 def uses_beta(params: Mapping[str, Any]) -> bool:
-    """True when a request needs the SDK's beta namespace (betas or remote MCP servers)."""
-    return bool(params.get("betas") or params.get("mcp_servers"))
+    """True when a request needs the SDK's beta namespace: ``betas``, remote MCP servers,
+    or a field only the beta request type has."""
+    if params.get("betas") or params.get("mcp_servers"):
+        return True
+    return not (_beta_only or _load_beta_only()).isdisjoint(params)
+
+
+_beta_only: frozenset[str] = frozenset()
+
+
+def _load_beta_only() -> frozenset[str]:
+    global _beta_only
+    from .request_fields import beta_only
+
+    _beta_only = beta_only()
+    return _beta_only
 
 
 def api_error(exc: Exception, model: str) -> ModelAPIError:
-    """A `ModelAPIError` describing an SDK exception (raise it ``from exc``)."""
+    """A `ModelAPIError` describing an SDK exception (raise it ``from exc``).
+
+    A `ModelAPIError` already (a wait too long, say) is returned as it is.
+    """
     import anthropic
     import httpx2
 
+    if isinstance(exc, ModelAPIError):
+        return exc
     if isinstance(exc, anthropic.APIStatusError):
-        kind, message = _error_body(exc)
+        kind, message = error_body(exc)
         status = exc.status_code
         if status == 200 and kind:  # an error event in the middle of a stream
             status = _RETRYABLE_STREAM_ERRORS.get(kind, 500)
@@ -130,12 +175,13 @@ def api_error(exc: Exception, model: str) -> ModelAPIError:
             403: " (the key lacks permission for this model or feature)",
             404: f" (is {model!r} a model name your key can use?)",
             402: " (billing: check the account's credit balance)",
-            429: " (rate limited; the SDK's retries are used up)",
+            429: " (rate limited; the retries are used up)",
         }.get(status, "")
         return ModelAPIError(
             f"Anthropic API error {status} {kind}: {message}{hint}",
             status_code=status,
             error_type=kind or None,
+            retry_after=retry_after(exc.response.headers),
         )
     if isinstance(exc, anthropic.APITimeoutError):
         return ModelAPIError("request to the Anthropic API timed out", status_code=None)
@@ -146,15 +192,18 @@ def api_error(exc: Exception, model: str) -> ModelAPIError:
             f"the connection to the Anthropic API broke: {type(exc).__name__}: {exc}",
             status_code=None,
         )
+    if isinstance(exc, _IncompleteStream):
+        return ModelAPIError(
+            f"the connection to the Anthropic API broke: {exc}, so the answer is incomplete",
+            status_code=None,
+        )
+    if isinstance(exc, json.JSONDecodeError):  # the SDK reads a 200 body that is not JSON
+        return ModelAPIError(
+            f"the Anthropic API answered with a body that is not JSON ({exc}): a proxy or a "
+            "broken connection cut it off; try again",
+            status_code=200,
+        )
     return ModelAPIError(f"model call failed: {type(exc).__name__}: {exc}", status_code=None)
-
-
-def _error_body(exc: anthropic.APIStatusError) -> tuple[str, str]:
-    body = exc.body if isinstance(exc.body, Mapping) else {}
-    err = body.get("error")
-    if not isinstance(err, Mapping):
-        return "", str(exc.message)
-    return str(err.get("type", "")), str(err.get("message", exc.message))
 
 
 def is_retryable_stream_error(exc: Exception) -> bool:
@@ -163,35 +212,78 @@ def is_retryable_stream_error(exc: Exception) -> bool:
     import httpx2
 
     if isinstance(exc, anthropic.APIStatusError) and exc.status_code == 200:
-        return _error_body(exc)[0] in _RETRYABLE_STREAM_ERRORS
-    # The SDK retries failed connections itself, but not a body that breaks off.
-    return isinstance(exc, httpx2.TransportError)
+        return error_body(exc)[0] in _RETRYABLE_STREAM_ERRORS
+    # Failed connections are retried by `call_model`, but not a body that breaks off.
+    return isinstance(exc, httpx2.TransportError | _IncompleteStream)
 
 
 async def call_model(
     client: anthropic.AsyncAnthropic,
     params: dict[str, Any],
     on_delta: Callable[[str, str], None] | None = None,
+    *,
+    max_wait: float = DEFAULT_MAX_RETRY_WAIT,
+    on_wait: Callable[[float, int | None, int], None] | None = None,
 ) -> Any:
-    """One model round trip; streams when ``on_delta(kind, text)`` is given."""
-    api: Any = client.beta.messages if uses_beta(params) else client.messages
-    if on_delta is None:
+    """One model round trip; streams when ``on_delta(kind, text)`` is given.
+
+    Retries as the SDK would, the client's ``max_retries`` times, but waits at
+    most ``max_wait`` seconds for a ``Retry-After`` (`groundswell.api_retries`);
+    ``on_wait(seconds, status, retry)`` hears of each wait before it starts.
+    """
+    if not _sdk_logs.complete:  # loggers the SDK's transport made since: filtered too
+        _sdk_logs.install()
+    retries = getattr(client, "max_retries", 0)
+    sender = without_sdk_retries(client) if retries else None
+    if sender is None:  # no retries, or a client that runs its own
+        sender, retries = client, 0
+    beta = uses_beta(params)
+    taken = 0
+    while True:
+        api: Any = sender.beta.messages if beta else sender.messages
         try:
-            return await api.create(**params)
-        except ValueError as exc:
-            # The SDK refuses non-streaming requests that may run past ten minutes
-            # (a large max_tokens); stream those and collect the final message.
-            if "streaming" not in str(exc).lower():
-                raise
-    async with api.stream(**params) as stream:
-        async for event in stream:
             if on_delta is None:
-                continue
-            if event.type == "text":
-                on_delta("text", event.text)
-            elif event.type == "input_json":
-                on_delta("tool_input", event.partial_json)
-        return await stream.get_final_message()
+                try:
+                    return await api.create(**params)
+                except ValueError as exc:
+                    # The SDK refuses non-streaming requests that may run past ten
+                    # minutes (a large max_tokens); stream those, keep the final message.
+                    if "streaming" not in str(exc).lower():
+                        raise
+            event: Any = None
+            async with api.stream(**params) as stream:
+                async for event in stream:
+                    if on_delta is None:
+                        continue
+                    if event.type == "text":
+                        on_delta("text", event.text)
+                    elif event.type == "input_json":
+                        on_delta("tool_input", event.partial_json)
+                if event is None or event.type != "message_stop":
+                    raise _IncompleteStream(stream)
+                return await stream.get_final_message()
+        except Exception as exc:
+            if taken >= retries:
+                raise
+            delay = retry_delay(exc, taken, max_wait=max_wait, model=str(params["model"]))
+            if delay is None:
+                raise
+            taken += 1
+            if on_wait is not None:
+                on_wait(delay[0], delay[1], taken)
+            await asyncio.sleep(delay[0])
+
+
+class _IncompleteStream(Exception):
+    """The answer's stream ended, cleanly, before its ``message_stop``: the answer is partial."""
+
+    def __init__(self, stream: Any) -> None:
+        try:
+            blocks = stream.current_message_snapshot.content
+        except AssertionError:  # not even a message_start
+            blocks = ()
+        got = sum(len(getattr(b, "text", "") or "") for b in blocks)
+        super().__init__(f"the answer's stream ended before message_stop, after {got} characters")
 
 
 _FENCE = re.compile(r"^```(?:json)?\s*\n(.*)\n```\s*$", re.S)

@@ -482,7 +482,19 @@ def label_parts(node: EventNode) -> list[tuple[str, str]]:
         cached = usage.get("cache_read_input_tokens")
         if cached:
             tokens += f" ({cached} cached)"
+        written = usage.get("cache_creation_input_tokens")
+        if written:
+            tokens += f" (+{written} to cache)"
         parts.append((tokens, "cyan"))
+    share = metrics.get("prompt_cache_share")
+    if _is_number(share) and share and node.type is not NodeType.MODEL_CALL:
+        parts.append((f"{share:.0%} from cache", "cyan"))
+    if "cost_usd" in metrics:
+        cost = metrics["cost_usd"]
+        if _is_number(cost):
+            parts.append((usd(cost), "green"))
+        elif cost is None:  # a model without a known price (groundswell.set_prices)
+            parts.append(("$?", "dim"))
     before, after = metrics.get("tokens_before"), metrics.get("tokens_after")
     if isinstance(before, int):
         shrunk = f"{before}→{after} tok" if isinstance(after, int) else f"{before} tok"
@@ -501,6 +513,13 @@ def label_parts(node: EventNode) -> list[tuple[str, str]]:
     # Names, messages and metrics may come from anywhere (a file, a model): a label
     # stays one line of plain text, whatever control characters they hold.
     return [(printable(text), style) for text, style in parts]
+
+
+def usd(amount: float) -> str:
+    """A cost as a label shows it: ``$0.0123``, with more digits below a cent."""
+    if amount >= 100:
+        return f"${amount:,.2f}"
+    return f"${amount:.4f}" if amount >= 0.01 or amount == 0 else f"${amount:.6f}"
 
 
 _ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}

@@ -13,6 +13,7 @@ from typing import Any, Generic, TypeVar
 
 from ._serialize import error_record
 from .errors import StepTimeout, WorkflowError
+from .node import metrics_of
 from .tree import CANCELLATIONS, EventNode, EventTree, NodeStatus
 
 __all__ = ["WorkflowResult"]
@@ -43,6 +44,16 @@ class WorkflowResult(Generic[T]):
     def workflow_id(self) -> str:
         """The id of the run's workflow node."""
         return self.node.id
+
+    @property
+    def cost_usd(self) -> float | None:
+        """What the run's model calls cost in USD (its node's ``metrics["cost_usd"]``).
+
+        ``0.0`` when it made none; ``None`` when a model it called has no known
+        price (see `groundswell.set_prices`).
+        """
+        cost: float | None = metrics_of(self.node).get("cost_usd", 0.0)
+        return cost
 
     def __gs_jsonable__(self) -> dict[str, Any]:
         return {"workflow_id": self.node.id, "status": self.status.value, "output": self.output}

@@ -12,6 +12,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, overload
 
+if TYPE_CHECKING:
+    from typing import Unpack
+
 from ._canonical import canonical_json
 from .budget import TokenBudget, check_budget
 from .cache import Cache
@@ -23,6 +26,13 @@ from .mcp_bridge import check_mcps
 from .model import OutputType, output_type
 from .plugins import get_plugin_manager
 from .reflection import ReflectionConfig
+from .request_fields import sdk_fields
+from .request_settings import (
+    RequestKeywords,
+    RequestSettings,
+    set_fields_repr,
+    takes_request_fields,
+)
 from .settings_check import check_api_field, check_flag, check_settings
 from .tools import check_skills, check_tools
 
@@ -36,7 +46,8 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-#: The prompt fields that, when set, win over the agent's (`Agent.settings_for`).
+#: The prompt fields that, when set, win over the agent's (`Agent.settings_for`), with
+#: every request setting (`RequestSettings`).
 WINNING_FIELDS = ("system", "tools", "mcps", "skills", "hooks")
 
 
@@ -59,8 +70,9 @@ def render_user(user: str, data: Any) -> str:
     return f"{user}\n\n<data>\n{canonical_json(data, indent=2)}\n</data>"
 
 
-@dataclass(frozen=True, kw_only=True)
-class Prompt(Generic[T]):
+@takes_request_fields
+@dataclass(frozen=True, kw_only=True, repr=False)
+class Prompt(RequestSettings, Generic[T]):
     """One request to an agent: the user text, data, and the type of answer wanted.
 
     Immutable; ``prompt.with_(user=...)`` derives a new one. ``response_format``
@@ -72,6 +84,9 @@ class Prompt(Generic[T]):
     prompt-level reflection on (or off) for this prompt, whatever the agent says.
     ``extract`` is an `Extract` rule or a list of them,
     applied to the answer text (see `groundswell.extraction`).
+    Every request setting (`RequestSettings`: each request field of the SDK's
+    by its API name, ``effort``, ``prompt_cache``...) may be set here too, and
+    wins over the agent's.
     """
 
     user: str
@@ -113,6 +128,7 @@ class Prompt(Generic[T]):
             hooks: Mapping[str, Any] | None = ...,
             enable_reflection: bool | None = ...,
             extract: Extract | Sequence[Extract] | None = ...,
+            **settings: Unpack[RequestKeywords],
         ) -> None: ...
         @overload
         def __init__(
@@ -128,6 +144,7 @@ class Prompt(Generic[T]):
             hooks: Mapping[str, Any] | None = ...,
             enable_reflection: bool | None = ...,
             extract: Extract | Sequence[Extract] | None = ...,
+            **settings: Unpack[RequestKeywords],
         ) -> None: ...
         @overload  # Literal[...], unions, Annotated: typed as Any
         def __init__(
@@ -143,6 +160,7 @@ class Prompt(Generic[T]):
             hooks: Mapping[str, Any] | None = ...,
             enable_reflection: bool | None = ...,
             extract: Extract | Sequence[Extract] | None = ...,
+            **settings: Unpack[RequestKeywords],
         ) -> None: ...
         def __init__(self, **fields: Any) -> None: ...
 
@@ -163,6 +181,9 @@ class Prompt(Generic[T]):
             object.__setattr__(self, "_output", made)
         # The fields that win over the agent's, checked as the agent checks its own.
         check_api_field("system", self.system, "Prompt")
+        settings = self.request_settings()
+        if settings:
+            check_settings("Prompt", settings)
         if self.tools is not None:
             check_tools(self.tools, "Prompt")
         if self.mcps is not None:
@@ -214,21 +235,32 @@ class Prompt(Generic[T]):
 
     def with_(self, **changes: Any) -> Prompt[Any]:
         """A copy with ``changes`` applied (the original is unchanged)."""
-        unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
+        own = {f.name for f in dataclasses.fields(self) if f.init}
+        unknown = sorted(set(changes) - own - sdk_fields())
         if unknown:
-            raise ConfigurationError(f"Prompt has no field(s) {sorted(unknown)}")
+            raise ConfigurationError(f"Prompt has no field(s) {unknown}")
+        more = {k: changes.pop(k) for k in [k for k in changes if k not in own]}
+        if more:  # the SDK's fields with no keyword of their own: beside the ones set
+            changes["request_fields"] = {**(self.request_fields or {}), **more}
         return dataclasses.replace(self, **changes)
 
     def render(self) -> str:
         """The user turn sent to the model (see `render_user`)."""
         return self._rendered
 
+    def __repr__(self) -> str:
+        return set_fields_repr(self, "user")
 
-@dataclass(frozen=True, kw_only=True)
-class PromptOverrides:
+
+@takes_request_fields
+@dataclass(frozen=True, kw_only=True, repr=False)
+class PromptOverrides(RequestSettings):
     """Per-call settings that win over the prompt and the agent.
 
-    Takes every Messages API request field by its API name, plus ``mcps``,
+    Takes every request setting (`RequestSettings`: each request field of the
+    installed SDK's by its API name, ``effort``, ``prompt_cache``,
+    ``continue_on_max_tokens``, ``max_retry_wait``), plus ``system``,
+    ``tools``, ``mcps``,
     ``skills``, ``hooks``, ``env``, ``max_turns``, ``token_budget`` (a
     `TokenBudget`), ``cache`` (a backend name or
     `Cache`), ``disable_cache``, ``enable_reflection``,
@@ -236,22 +268,8 @@ class PromptOverrides:
     names or `Middleware` instances added to the agent's for this call).
     """
 
-    model: str | None = None
     system: str | Sequence[Mapping[str, Any]] | None = None
     tools: Sequence[Any] | None = None
-    tool_choice: Mapping[str, Any] | None = None
-    max_tokens: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
-    stop_sequences: Sequence[str] | None = None
-    metadata: Mapping[str, Any] | None = None
-    thinking: Mapping[str, Any] | None = None
-    betas: Sequence[str] | None = None
-    container: Any = None
-    service_tier: str | None = None
-    extra_headers: Mapping[str, str] | None = None
-    extra_body: Mapping[str, Any] | None = None
     mcps: Sequence[Any] | None = None
     skills: Sequence[Any] | None = None
     hooks: Mapping[str, Any] | None = None
@@ -296,11 +314,18 @@ class PromptOverrides:
         check_budget(self.token_budget, owner)
         check_cache_name(self.cache, owner)
 
+    def __repr__(self) -> str:
+        return set_fields_repr(self)
+
     def set_fields(self) -> dict[str, Any]:
-        """The settings given explicitly (not ``None``)."""
-        return {
+        """The settings given explicitly (not ``None``), ``request_fields`` spread out."""
+        found = {
             name: value for name in _OVERRIDE_FIELDS if (value := getattr(self, name)) is not None
         }
+        more = found.pop("request_fields", None)
+        if more:
+            found.update(more)
+        return found
 
 
 def check_cache_name(cache: Any, owner: str) -> None:
@@ -330,10 +355,13 @@ _IDENTIFIER = string.ascii_letters + string.digits + "_"
 
 
 def _wins(prompt: Prompt[Any]) -> tuple[tuple[str, Any], ...]:
-    """(name, value) of the `WINNING_FIELDS` ``prompt`` sets."""
-    return tuple(
+    """(name, value) of the `WINNING_FIELDS` and request settings ``prompt`` sets."""
+    found = [
         (name, value) for name in WINNING_FIELDS if (value := getattr(prompt, name)) is not None
-    )
+    ]
+    # getattr: a prompt pickled before request settings existed has none of them.
+    found.extend(RequestSettings.request_settings(prompt).items())
+    return tuple(found)
 
 
 # Every field at its default, checked once: what `Prompt.of_text` copies.

@@ -15,6 +15,8 @@ from .errors import (
     ExtractionError,
     MaxTurnsExceeded,
     ModelAPIError,
+    ModelRefused,
+    OutputTruncated,
     PluginError,
     ResponseValidationError,
     WorkflowError,
@@ -23,7 +25,7 @@ from .errors import (
 __all__ = ["AGENT_REFLECTABLE", "gave_up_on", "is_recoverable", "mark_given_up"]
 
 # API error types that no second attempt can fix: the account, the key or the
-# request's configuration is wrong, or the rate limit outlasted the SDK's retries.
+# request's configuration is wrong, or the rate limit outlasted the retries.
 _FATAL_API_ERRORS = frozenset(
     {
         "invalid_request_error",
@@ -43,8 +45,9 @@ def is_recoverable(exc: BaseException) -> bool:
 
     Never recoverable: cancellation and other ``BaseException``\\ s,
     configuration and plugin errors, API errors for authentication,
-    permission, billing, a bad or too-large request, an unknown model, or a
-    rate limit that outlasted the SDK's own retries, and any exception whose
+    permission, billing, a bad or too-large request, a reply that filled the
+    context window, an unknown model, or a
+    rate limit that outlasted the client's retries, and any exception whose
     ``recoverable`` attribute is ``False`` (a stand-in for one of those).
     """
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
@@ -67,6 +70,8 @@ AGENT_REFLECTABLE: tuple[type[Exception], ...] = (
     ResponseValidationError,
     MaxTurnsExceeded,
     ExtractionError,
+    ModelRefused,
+    OutputTruncated,
 )
 
 

@@ -5,8 +5,9 @@ Three levels share one loop:
 - **workflow**: a failed ``ctx.step`` is reflected on and run again; the step
   sees the reflection as ``ctx.reflection.last``;
 - **agent**: a failed prompt (output that does not validate, a reply that
-  cannot be parsed, the tool loop running out of turns) is fed back to the
-  model with the error, and the model answers again;
+  cannot be parsed, the tool loop running out of turns, a refusal, a tool
+  call cut off at max_tokens) is fed back to the model with the error, and
+  the model answers again;
 - **prompt**: the same as agent level, switched on for one prompt.
 
 Each reflection is a ``reflection`` node between the failed attempt (which

@@ -8,7 +8,8 @@ it, the one whose type it is closer to tells why. A value the SDK's
 types refuse fails when the agent or override is built, with a
 `ConfigurationError` naming the field and the fix, instead of reaching the
 API; a new SDK version brings its own types, so there is no list of values to
-keep here. The bounds below are the ones the SDK documents on those fields.
+keep here, nor of fields (`groundswell.request_fields`). The bounds below are
+the ones the SDK documents on those fields.
 
 The sampling fields the SDK no longer names (``temperature``, ``top_p``,
 ``top_k``, sent in ``extra_body``) and Groundswell's own fields are checked
@@ -24,32 +25,24 @@ import typing
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+from ._scrub import is_secret_field, register_secret
 from .errors import ConfigurationError
+from .request_fields import check_extra_body, sdk_fields
 
 __all__ = [
-    "API_FIELDS",
     "check_api_field",
     "check_api_item",
+    "check_effort",
     "check_flag",
     "check_mapping",
+    "check_mcp_servers",
     "check_positive_int",
+    "check_prompt_cache",
     "check_sampling",
+    "check_seconds",
     "check_settings",
 ]
 
-#: Request fields checked against the SDK's types (``betas`` only the beta namespace takes).
-API_FIELDS = (
-    "model",
-    "system",
-    "tool_choice",
-    "max_tokens",
-    "stop_sequences",
-    "metadata",
-    "thinking",
-    "betas",
-    "container",
-    "service_tier",
-)
 # Lower bounds the SDK's docstrings state ("Set to `0` to populate the prompt
 # cache"; thinking "budget_tokens ... Must be ≥1024"): its types cannot say them.
 _MINIMUM: dict[tuple[str, str | None], int] = {
@@ -364,19 +357,120 @@ def check_mapping(field: str, value: Any, owner: str, *, str_values: bool = Fals
 
 
 def check_settings(owner: str, settings: Mapping[str, Any]) -> None:
-    """Check every request field and number ``settings`` holds (``None`` values are unset)."""
+    """Check every request field and number ``settings`` holds (``None`` values are unset).
+
+    Every field of the installed SDK's request types is checked against its
+    type (`groundswell.request_fields`); ``tools`` are checked one by one
+    elsewhere (they may be Groundswell tools).
+    """
+    fields: frozenset[str] | None = None  # read from the SDK only when something is set
     for field, value in settings.items():
         if value is None:
             continue
-        if field in API_FIELDS:
-            check_api_field(field, value, owner)
-        elif field in _SAMPLING:
+        if field in _SAMPLING:
             check_sampling(field, value, owner)
-        elif field == "max_turns":
-            check_positive_int(field, value, owner)
-        elif field == "extra_headers":
-            check_mapping(field, value, owner, str_values=True)
+        elif field in _OWN_CHECKS:
+            _OWN_CHECKS[field](field, value, owner)
         elif field == "extra_body":
             check_mapping(field, value, owner)
-        elif field == "env":
-            check_mapping(field, value, owner, str_values=True)
+            check_extra_body(value)
+        elif field == "mcp_servers":
+            check_mcp_servers(value, owner)
+        elif field != "tools":
+            if fields is None:
+                fields = sdk_fields()
+            if field in fields:
+                check_api_field(field, value, owner)
+                if is_secret_field(field):  # fallback_credit_token: scrubbed wherever it goes
+                    _register_strings(value)
+
+
+def _register_strings(value: Any) -> None:
+    if isinstance(value, str):
+        register_secret(value)
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            _register_strings(item)
+
+
+def check_effort(field: str, value: Any, owner: str) -> None:
+    """``effort``: a level the SDK's ``output_config.effort`` takes (``None``: not set)."""
+    if value is None:
+        return
+    refused = _refusal(_adapters("output_config"), {"effort": value})
+    if refused is not None:
+        label, problem = refused
+        raise ConfigurationError(
+            f"{owner}: effort={_shown(value)} is refused by the SDK's request type {label} "
+            f"({problem}); pass one of the levels it names, e.g. effort='low'"
+        )
+
+
+def check_mcp_servers(value: Any, owner: str) -> None:
+    """``mcp_servers``: a list of remote MCP server dicts, each as the SDK's type takes it."""
+    if isinstance(value, str | bytes | Mapping) or not isinstance(value, Sequence):
+        raise ConfigurationError(
+            f"{owner}: mcp_servers must be a list of remote MCP servers, got "
+            f"{type(value).__name__}; {_FIX['mcp_servers']} (or use mcps=[...])"
+        )
+    for item in value:
+        # Before anything can echo it: the token goes to every scrubber (logs included).
+        if isinstance(item, Mapping) and item.get("authorization_token"):
+            register_secret(str(item["authorization_token"]))
+    for i, item in enumerate(value):
+        # show_value=False: a remote server may carry an authorization_token.
+        check_api_item("mcp_servers", item, owner, f"mcp_servers[{i}]", show_value=False)
+
+
+def check_seconds(field: str, value: Any, owner: str) -> None:
+    """``value`` must be a number of seconds >= 0 (``None``: not set)."""
+    if value is None:
+        return
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value < 0
+    ):
+        raise ConfigurationError(
+            f"{owner}: {field} must be a number of seconds >= 0, got {_shown(value)}; "
+            f"e.g. {field}=30"
+        )
+
+
+#: prompt_cache's places for explicit breakpoints.
+CACHE_PLACES = ("system", "tools", "messages")
+CACHE_TTLS = ("5m", "1h")
+
+
+def check_prompt_cache(field: str, value: Any, owner: str) -> None:
+    """``prompt_cache``: False, True, ``"5m"``, ``"1h"``, or a list of breakpoint places."""
+    if value is None or isinstance(value, bool) or value in CACHE_TTLS:
+        return
+    fix = (
+        "pass False (off), True or '5m' (automatic, 5-minute cache), '1h' (automatic, "
+        "one hour), or a list of breakpoint places from "
+        f"{', '.join(repr(p) for p in CACHE_PLACES)}"
+    )
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        raise ConfigurationError(f"{owner}: prompt_cache={_shown(value)} is not a choice; {fix}")
+    places = list(value)
+    wrong = [p for p in places if p not in CACHE_PLACES]
+    if wrong or not places or len(set(places)) != len(places):
+        what = f"unknown place(s) {wrong!r}" if wrong else "an empty or repeated list"
+        raise ConfigurationError(f"{owner}: prompt_cache has {what}; {fix}")
+
+
+def _flag(field: str, value: Any, owner: str) -> None:
+    check_flag(field, value, owner)
+
+
+_OWN_CHECKS: dict[str, Any] = {
+    "max_turns": check_positive_int,
+    "extra_headers": lambda f, v, o: check_mapping(f, v, o, str_values=True),
+    "env": lambda f, v, o: check_mapping(f, v, o, str_values=True),
+    "effort": check_effort,
+    "max_retry_wait": check_seconds,
+    "continue_on_max_tokens": _flag,
+    "prompt_cache": check_prompt_cache,
+}

@@ -69,9 +69,18 @@ def test_running_a_workflow_with_plugins_off_imports_no_plugin() -> None:
 
 
 def test_kernel_imports_only_its_allowed_dependencies() -> None:
-    # httpx2 is anthropic's own transport;
+    # httpx2 is anthropic's own transport; genai_prices the price table (imported lazily);
     # rich only where trees are drawn for people (the CLI and the renderer).
-    allowed = {"anthropic", "httpx2", "pydantic", "pluggy", "mcp", "orjson", "groundswell"}
+    allowed = {
+        "anthropic",
+        "httpx2",
+        "pydantic",
+        "pluggy",
+        "mcp",
+        "orjson",
+        "genai_prices",
+        "groundswell",
+    }
     third_party = set()
     stdlib = set(sys.stdlib_module_names)
     for path in KERNEL.rglob("*.py"):

@@ -38,8 +38,10 @@ _CORE = {"DEFAULT_MODEL", "Agent", "create_agent"}
 
 def __getattr__(name: str) -> Any:
     if name in _CORE:
+        from .._sdk_logs import install
         from . import core
 
+        install()  # the SDK is loaded now: its loggers are scrubbed too
         value = getattr(core, name)
         globals()[name] = value
         return value

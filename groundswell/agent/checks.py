@@ -41,7 +41,10 @@ def check_options(given: Mapping[str, Any], owner: str, own: frozenset[str]) -> 
                 raise ConfigurationError(
                     f"{owner}: Agent() got an unknown option {name!r}; {_ELSEWHERE[name]}"
                 )
-            close = difflib.get_close_matches(name, sorted(own | declared.keys()), 3, 0.75)
+            from ..request_fields import sdk_fields
+
+            choices = sorted(own | declared.keys() | sdk_fields())
+            close = difflib.get_close_matches(name, choices, 3, 0.75)
             guess = f"did you mean {' or '.join(close)}? " if close else ""
             raise ConfigurationError(
                 f"{owner}: Agent() got an unknown option {name!r}; {guess}options plugins "

@@ -28,12 +28,13 @@ from ..errors import ConfigurationError
 from ..mcp_bridge import check_mcps
 from ..mcp_config import register_mcp_secrets
 from ..plugins import get_plugin_manager
-from ..prompt import NO_OVERRIDES, Prompt, PromptOverrides, check_cache_name
+from ..prompt import NO_OVERRIDES, Prompt, PromptOverrides
 from ..reflection import ReflectionConfig, ReflectionEntry, resolve_config
 from ..run_context import current_frame, new_run_tree
 from ..settings_check import check_flag, check_settings
-from ..tools import DepsT, check_cache_policy, check_skills, check_timeout, check_tools
+from ..tools import DepsT, check_skills, check_timeout, check_tools
 from .checks import NO_LOOP, check_options, deps_check, deps_error, make_client, overrides_error
+from .config import check_cache_choice, check_tool_cache, model_or_default, request_options
 from .loop import run_prompt
 from .middleware import Layer, Layers, default_layers, layers_for, merge, resolve
 from .overrides import Forced, check, check_client, forced_for, override_agent
@@ -52,12 +53,19 @@ DEFAULT_MODEL = os.environ.get("GROUNDSWELL_MODEL", "claude-sonnet-4-6")
 class Agent(Generic[DepsT]):
     """An LLM agent: a model, instructions, tools and hooks, with typed results.
 
-    Every Messages API request field is accepted by its API name (``model``,
-    ``system``, ``tools``, ``tool_choice``, ``max_tokens``, ``temperature``,
-    ``top_p``, ``top_k``, ``stop_sequences``, ``metadata``, ``thinking``,
-    ``betas``, ``container``, ``service_tier``, ``extra_headers``,
-    ``extra_body``), plus ``mcps``, ``skills``, ``hooks``, ``env`` and
-    ``max_turns``. ``tool_timeout`` (seconds) bounds every tool call that sets
+    Every field of the installed SDK's ``MessageCreateParams`` (and its beta
+    twin) is accepted by its API name and checked against the SDK's type
+    (``model``, ``system``, ``tools``, ``tool_choice``, ``max_tokens``,
+    ``thinking``, ``cache_control``, ``output_config``, ``service_tier``,
+    ``inference_geo``, ``context_management``, ``speed``... and any field a
+    newer SDK adds), with ``temperature``, ``top_p``, ``top_k``, ``effort``
+    (``output_config.effort``), ``extra_headers`` and ``extra_body``; plus
+    ``mcps``, ``skills``, ``hooks``, ``env`` and ``max_turns``.
+    ``prompt_cache`` sets prompt caching (``False``, ``True``/``"5m"``,
+    ``"1h"`` or breakpoint places, see docs/caching.md).
+    ``continue_on_max_tokens=True`` asks for another turn when the reply is
+    cut off inside a tool call; ``max_retry_wait`` (seconds, default 60) caps
+    how long an API's ``Retry-After`` is honoured. ``tool_timeout`` (seconds) bounds every tool call that sets
     no ``Tool(timeout=...)`` of its own. ``token_budget`` (a `TokenBudget`) caps
     the input of every model turn. ``cache`` (a backend name or a `Cache`)
     or ``enable_cache=True`` (the default backend) caches whole answers;
@@ -100,8 +108,16 @@ class Agent(Generic[DepsT]):
         betas: Sequence[str] | None = None,
         container: Any = None,
         service_tier: str | None = None,
+        cache_control: Mapping[str, Any] | None = None,
+        output_config: Mapping[str, Any] | None = None,
+        effort: str | None = None,
+        inference_geo: str | None = None,
+        context_management: Mapping[str, Any] | None = None,
         extra_headers: Mapping[str, str] | None = None,
         extra_body: Mapping[str, Any] | None = None,
+        prompt_cache: bool | str | Sequence[str] | None = None,
+        continue_on_max_tokens: bool = False,
+        max_retry_wait: float = 60.0,
         max_turns: int = 20,
         tool_timeout: float | None = None,
         token_budget: TokenBudget | None = None,
@@ -120,14 +136,7 @@ class Agent(Generic[DepsT]):
             raise ConfigurationError(f"Agent name must be a non-empty string, got {name!r}")
         owner = f"agent {name!r}"
         self.name = name
-        if model is None:
-            # Read when the agent is built, so a later GROUNDSWELL_MODEL counts too.
-            model = os.environ.get("GROUNDSWELL_MODEL", DEFAULT_MODEL)
-            if not model.strip():
-                raise ConfigurationError(
-                    f"{owner}: GROUNDSWELL_MODEL is set but empty; unset it (for the default "
-                    "model) or set it to a model name such as 'claude-sonnet-4-6'"
-                )
+        model = model_or_default(model, DEFAULT_MODEL, owner)
         # The request fields by their API names, checked as the SDK's types take them.
         request_fields = {
             "model": model,
@@ -143,32 +152,31 @@ class Agent(Generic[DepsT]):
             "betas": betas,
             "container": container,
             "service_tier": service_tier,
+            "cache_control": cache_control,
+            "output_config": output_config,
+            "effort": effort,
+            "inference_geo": inference_geo,
+            "context_management": context_management,
             "extra_headers": extra_headers,
             "extra_body": extra_body,
+            # The SDK's other request fields, given by name (a newer SDK's too).
+            **request_options(options),
         }
-        check_settings(owner, {**request_fields, "env": env, "max_turns": max_turns})
+        own_settings = {
+            "prompt_cache": prompt_cache,
+            "continue_on_max_tokens": continue_on_max_tokens,
+            "max_retry_wait": max_retry_wait,
+        }
+        check_settings(
+            owner, {**request_fields, **own_settings, "env": env, "max_turns": max_turns}
+        )
         if max_tokens is None:
             raise ConfigurationError(f"{owner}: max_tokens must be an int >= 0, got None")
         if max_turns is None:
             raise ConfigurationError(f"{owner}: max_turns must be a positive int, got None")
-        check_flag("enable_cache", enable_cache, owner)
+        cache = check_cache_choice(cache, enable_cache, owner)
         check_flag("enable_reflection", enable_reflection, owner)
-        check_cache_name(cache, owner)
-        default_cache = os.environ.get("GROUNDSWELL_CACHE")
-        if cache is None and enable_cache and default_cache:
-            check_cache_name(default_cache, f"{owner} (GROUNDSWELL_CACHE)")
-        if tool_cache is not None and not isinstance(tool_cache, Mapping):
-            raise ConfigurationError(
-                f"{owner}: tool_cache must map tool names to ToolCachePolicy, "
-                f"got {type(tool_cache).__name__}"
-            )
-        policies = dict(tool_cache or {})
-        for tool_name, policy in policies.items():
-            if not isinstance(tool_name, str):
-                raise ConfigurationError(
-                    f"{owner}: tool_cache keys must be tool names, got {tool_name!r}"
-                )
-            check_cache_policy(policy, f"{owner}: tool_cache[{tool_name!r}]")
+        policies = check_tool_cache(tool_cache, owner)
         if reflection is not None and not isinstance(reflection, ReflectionConfig):
             raise ConfigurationError(
                 f"Agent reflection must be a ReflectionConfig, got {type(reflection).__name__}"
@@ -177,6 +185,7 @@ class Agent(Generic[DepsT]):
         #: The settings every prompt starts from, by API name (and Groundswell's own).
         self.config: dict[str, Any] = {
             **request_fields,
+            **own_settings,
             "tools": check_tools(tools, owner),
             "mcps": check_mcps(mcps, env or {}, owner),
             "skills": check_skills(skills, owner),
@@ -186,7 +195,7 @@ class Agent(Generic[DepsT]):
             "tool_timeout": check_timeout(tool_timeout, owner),
             "token_budget": check_budget(token_budget, owner),
             # True means "the default backend" (the workflow's, else GROUNDSWELL_CACHE, else lru).
-            "cache": cache if cache is not None else (True if enable_cache else None),
+            "cache": cache,
             "tool_cache": policies,
             # As given: a prompt-level enable_reflection=True uses these settings
             # even when the agent itself does not reflect.
@@ -501,10 +510,12 @@ class Agent(Generic[DepsT]):
         settings = dict(self.config)
         if prompt.wins:  # the fields the prompt sets (`prompt.WINNING_FIELDS`), found once
             settings.update(prompt.wins)
+            _effort_of(settings, prompt.wins)
         if overrides is not NO_OVERRIDES:
             given = overrides.set_fields()
             given.pop("middleware", None)
             settings.update(given)
+            _effort_of(settings, given.items())
             for value in (given.get("env") or {}).values():
                 register_secret(str(value))
             register_mcp_secrets(given.get("mcps") or [])
@@ -608,6 +619,15 @@ _AGENT_RUN = Agent.run
 #: The tasks of the prompts ``agent.stream()`` runs, until they end.
 _STREAMING: set[asyncio.Task[None]] = set()
 _OWN_PARAMETERS = frozenset(inspect.signature(Agent.__init__).parameters) - {"self", "options"}
+
+
+def _effort_of(settings: dict[str, Any], given: Any) -> None:
+    """An ``output_config.effort`` set at a higher level wins over a lower level's ``effort``
+    (the shorthand), as every setting does; the same level's ``effort`` wins over it."""
+    fields = dict(given)
+    config = fields.get("output_config")
+    if isinstance(config, Mapping) and "effort" in config and "effort" not in fields:
+        settings["effort"] = None
 
 
 def _as_prompt(prompt: Prompt[Any] | str) -> Prompt[Any]:

@@ -15,6 +15,7 @@ from typing import Any
 
 from .._serialize import MAX_ITEMS as _MAX_ITEMS
 from .._serialize import jsonable, jsonable_text
+from ..api_retries import DEFAULT_MAX_RETRY_WAIT
 from ..errors import (
     ConfigurationError,
     GroundswellError,
@@ -24,10 +25,21 @@ from ..errors import (
     ToolError,
 )
 from ..model import api_error, call_model, is_retryable_stream_error
+from ..pricing import cache_share, charge, settle
 from ..run_context import Frame, current_frame, enter_frame, reset_frame, set_frame
 from ..tools import ToolContext, ToolFailed, is_interrupt, tool_error_text, tool_result_content
 from ..tree import NodeStatus, NodeType
 from .middleware import Layer, Layers
+from .replies import (
+    PLAIN,
+    bad_tool_input,
+    continue_after_cut,
+    cut_call,
+    is_final,
+    malformed,
+    reply_problem,
+    stopped,
+)
 from .run import PromptResult, PromptRun, StreamEvent, ToolCall
 
 __all__ = ["MID_STREAM_RETRIES", "is_final", "run_prompt"]
@@ -68,6 +80,7 @@ async def _outer(run: PromptRun, layers: Layers) -> PromptResult[Any]:
     finally:
         reset_frame(token)
     root.metrics["usage"] = dict(result.usage)
+    cache_share(root.metrics, result.usage)
     root.metrics["attempts"] = result.node.metrics.get("attempt", 1)
     tree.end_node(root, NodeStatus.COMPLETED, output=result.output, record_output=True)
     return result
@@ -179,12 +192,18 @@ async def _attempt(run: PromptRun, layers: Layers) -> PromptResult[Any]:
             await run.run_deferred()
     except BaseException as exc:
         metrics["usage"] = usage
+        cache_share(metrics, usage)
+        if "cost_usd" in metrics:
+            settle(tree, node)
         _record_system(run)
         tree.end_node_after(node, exc)
         raise
     finally:
         reset_frame(token)
     metrics["usage"] = usage
+    cache_share(metrics, usage)
+    if "cost_usd" in metrics:  # what it cost, added to the steps and workflows above
+        settle(tree, node)
     metrics["turns"] = result.turns
     if run.system:  # `_record_system`, inline on the way every prompt takes
         node.payload["system"] = jsonable(run.system)
@@ -196,15 +215,6 @@ async def _attempt(run: PromptRun, layers: Layers) -> PromptResult[Any]:
 def _record_system(run: PromptRun) -> None:
     if run.system:
         run.node.payload["system"] = jsonable(run.system)
-
-
-def is_final(message: Any) -> bool:
-    """True when ``message`` ends the prompt (no tool call to run, no paused turn)."""
-    if message.stop_reason == "pause_turn":
-        return False
-    return not (
-        message.stop_reason == "tool_use" and any(b.type == "tool_use" for b in message.content)
-    )
 
 
 async def _turns(run: PromptRun, layers: Layers) -> PromptResult[Any]:
@@ -227,34 +237,41 @@ async def _turns(run: PromptRun, layers: Layers) -> PromptResult[Any]:
         if layers.model:
             message = await _model_layers(layers.model, 0, run, request)
             content = [_block(b) for b in message.content]
+            if message.stop_reason not in PLAIN:  # a middleware's own reply: no turn checked it
+                error = stopped(run, None, message, content, _text_of(content))
+                if error is not None:
+                    raise error
         else:
             # Nothing stands between the model turn and here: its blocks (and text)
             # are the message's, so they are converted once, not twice.
             message, content, text = await _model_turn(run, request)
+        stop = message.stop_reason
+        if stop == "max_tokens" and cut_call(content) is not None:
+            content = continue_after_cut(run, content)  # continue_on_max_tokens is on
         if content:  # the API rejects an empty assistant turn; consecutive user turns merge
             messages.append({"role": "assistant", "content": content})
-        if message.stop_reason == "tool_use":
+        if stop == "tool_use":
             calls = [b for b in content if b.get("type") == "tool_use"]
             if calls:
                 results = await asyncio.gather(*(tool_call(run, layers, c) for c in calls))
                 messages.append({"role": "user", "content": list(results)})
                 continue
-        if message.stop_reason == "pause_turn":
-            continue  # a server tool paused a long turn: send it back to go on
+        if stop == "pause_turn" or stop == "compaction":
+            continue  # a server tool or compaction paused the turn: send it back to go on
         pending = run.pop_continuation()
         if pending is not None:
             text, why = pending
             messages.append({"role": "user", "content": text})
             continue
-        if message.stop_reason == "max_tokens":
+        if stop == "max_tokens":
             tree.add_event(node, "truncated", max_tokens=run.settings["max_tokens"])
         if text is None:
-            text = "".join(b.get("text", "") for b in content if b.get("type") == "text")
+            text = _text_of(content)
         try:
             fmt = run.prompt.output_type
             output = text if fmt is None else fmt.parse(text)
         except ResponseValidationError as exc:
-            if message.stop_reason == "max_tokens":
+            if stop == "max_tokens":
                 exc.args = (
                     f"the reply was cut off at max_tokens={run.settings['max_tokens']}; {exc}",
                 )
@@ -318,6 +335,9 @@ async def _model_turn(run: PromptRun, params: dict[str, Any]) -> tuple[Any, list
                 request[name] = sampling[name]
     if params.get("stop_sequences"):
         request["stop_sequences"] = jsonable(list(params["stop_sequences"]))
+    max_wait = run.settings.get("max_retry_wait")
+    if max_wait is None:
+        max_wait = DEFAULT_MAX_RETRY_WAIT
     attempt = 0
     while True:
         attempt += 1
@@ -343,14 +363,28 @@ async def _model_turn(run: PromptRun, params: dict[str, Any]) -> tuple[Any, list
 
             on_delta = count
 
+        # Each wait before a retry of this call (`call_model` retries), as an event on it.
+        def waited(seconds: float, status: int | None, retry: int, node: Any = node) -> None:
+            tree.add_event(
+                node, "retry_wait", seconds=round(seconds, 3), status=status, attempt=retry
+            )
+
         try:
-            message = await call_model(run.client, params, on_delta)
+            message = await call_model(
+                run.client,
+                params,
+                on_delta,
+                max_wait=max_wait,
+                on_wait=waited,
+            )
         except asyncio.CancelledError:
             tree.end_node(node, NodeStatus.CANCELLED)
             raise
         except TypeError as exc:
             if "authentication" not in str(exc):
-                raise
+                failed = api_error(exc, model)  # typed, like every other failed call
+                tree.end_node(node, NodeStatus.FAILED, error=failed)
+                raise failed from exc
             # The SDK only notices a missing key when the request is built.
             missing = ConfigurationError(
                 f"agent {run.agent.name!r} has no API key: set ANTHROPIC_API_KEY, or pass "
@@ -368,7 +402,17 @@ async def _model_turn(run: PromptRun, params: dict[str, Any]) -> tuple[Any, list
                 # Deltas already sent for this turn are void; say so before resending.
                 run.emit(StreamEvent("retry", text=str(error)))
                 continue
+            if error is exc:  # typed already (a wait too long), its cause the SDK's error
+                raise
             raise error from exc
+        except BaseException as exc:  # Ctrl-C, a closed generator: the call ends with the turn
+            tree.end_node_after(node, exc)
+            raise
+        problem = reply_problem(message)  # the SDK builds its Message without checking it
+        if problem is not None:
+            error = malformed(problem)
+            tree.end_node(node, NodeStatus.FAILED, error=error)
+            raise error
         # The turn's usage, added to the attempt's (a plain loop: no comprehension frame).
         turn_usage: dict[str, int] = {}
         reported = message.usage
@@ -379,6 +423,8 @@ async def _model_turn(run: PromptRun, params: dict[str, Any]) -> tuple[Any, list
                 usage[name] = usage.get(name, 0) + value
         metrics = node.metrics
         metrics["usage"] = turn_usage
+        if turn_usage:  # its cost, on the node and its prompt (`settle` goes further up)
+            charge(node, parent, model, turn_usage, reported)
         metrics["attempt"] = attempt
         content = [_block(b) for b in message.content]
         texts: list[str] = []
@@ -414,6 +460,11 @@ async def _model_turn(run: PromptRun, params: dict[str, Any]) -> tuple[Any, list
                 "text_deltas": deltas["text"],
                 "tool_input_deltas": deltas["tool_input"],
             }
+        if message.stop_reason not in PLAIN:  # each stop reason's outcome: `replies`
+            stopped_by = stopped(run, node, message, content, text)
+            if stopped_by is not None:
+                tree.end_node(node, NodeStatus.FAILED, error=stopped_by)
+                raise stopped_by
         tree.end_node(node, NodeStatus.COMPLETED)
         return message, content, text
 
@@ -421,10 +472,16 @@ async def _model_turn(run: PromptRun, params: dict[str, Any]) -> tuple[Any, list
 async def tool_call(run: PromptRun, layers: Layers, block: dict[str, Any]) -> dict[str, Any]:
     """Run one tool call as a ``tool_call`` (or ``mcp_call``) node; returns its ``tool_result``."""
     tree = run.tree
-    name, call_id, tool_input = block["name"], block["id"], dict(block.get("input") or {})
+    name, call_id, given = block["name"], block["id"], block.get("input")
+    # Input that is not an object (the SDK does not check) reaches no tool: see below.
+    tool_input = dict(given) if isinstance(given, dict) else {}
     handler = run.tools.get(name)
     kind = handler.node_type if handler is not None else NodeType.TOOL_CALL
     payload: dict[str, Any] = {"tool_use_id": call_id, "input": tool_input}
+    refused: ToolFailed | None = None
+    if given is not None and not isinstance(given, dict):
+        payload["input"] = given
+        refused = ToolFailed(bad_tool_input(name, given))
     toolset = getattr(handler, "toolset", None)
     if toolset is not None:
         payload["toolset"] = toolset
@@ -434,6 +491,8 @@ async def tool_call(run: PromptRun, layers: Layers, block: dict[str, Any]) -> di
     call = ToolCall(name=name, input=tool_input, id=call_id, node=node, tool=handler)
     error: BaseException | None = None
     try:
+        if refused is not None:  # an error result for the model; the tool never runs
+            raise refused
         if layers.tool:
             content: Any = tool_result_content(await _tool_layers(layers.tool, 0, run, call))
         else:
@@ -509,6 +568,10 @@ async def _run_tool(run: PromptRun, call: ToolCall) -> Any:
         deps=run.deps,
     )
     return await handler.invoke(call.input, context)
+
+
+def _text_of(content: list[dict[str, Any]]) -> str:
+    return "".join(b.get("text", "") for b in content if b.get("type") == "text")
 
 
 def _block(block: Any) -> dict[str, Any]:

@@ -104,12 +104,15 @@ def check(owner: str, client: Any, settings: dict[str, Any]) -> Forced:
             register_secret(api_key)
     if not settings:
         return Forced(client, None)
-    known = {f.name for f in dataclasses.fields(PromptOverrides)}
-    unknown = sorted(set(settings) - known)
+    from ..request_fields import sdk_fields
+
+    known = {f.name for f in dataclasses.fields(PromptOverrides)} - {"request_fields"}
+    unknown = sorted(set(settings) - known - sdk_fields())
     if unknown:
         raise ConfigurationError(
             f"{owner}: cannot override {', '.join(map(repr, unknown))}; the settings that "
-            f"can be overridden are client and {', '.join(sorted(known))}"
+            f"can be overridden are client, {', '.join(sorted(known))} and every request "
+            "field of the installed SDK's MessageCreateParams"
         )
     return Forced(client, PromptOverrides(**settings))
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from ..errors import ConfigurationError, GroundswellError, PluginError
 from ..model import build_request
+from ..node import metrics_of
 from ..plugins import get_plugin_manager
 from ..tools import Tool, ToolHandler, tool_for
 from ..tree import EventNode, EventTree
@@ -71,6 +72,18 @@ class PromptResult(Generic[T]):
     turns: int = 0
     #: Values of the prompt's `Extract` rules, by ``store_as``.
     extracted: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def cost_usd(self) -> float | None:
+        """What the prompt's model calls cost in USD (its node's ``metrics["cost_usd"]``).
+
+        Like ``usage``, the answering attempt's (the step or workflow around it
+        counts every attempt); ``0.0`` when it made no call (an answer from the
+        cache); ``None`` when the model has no known price (see
+        `groundswell.set_prices`).
+        """
+        cost: float | None = metrics_of(self.node).get("cost_usd", 0.0)
+        return cost
 
 
 @dataclass(slots=True)

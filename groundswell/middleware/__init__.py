@@ -21,6 +21,7 @@ budget      260    token budgets before every model turn
 cache       300    the answer cache (a hit skips the model)
 tool_cache  310    per-tool result caching
 tool_timeout 320   a deadline on each tool call
+prompt_cache 900   Anthropic prompt caching (``prompt_cache=``)
 ==========  =====  ====================================================
 """
 
@@ -46,6 +47,7 @@ DEFAULT_MIDDLEWARE: tuple[tuple[str, int, str, str, str], ...] = (
     ("cache", 300, "cache", "AnswerCache", "the answer cache"),
     ("tool_cache", 310, "cache", "ToolResultCache", "tool-result caching"),
     ("tool_timeout", 320, "tool_timeout", "ToolTimeout", "a deadline on each tool call"),
+    ("prompt_cache", 900, "prompt_cache", "PromptCache", "Anthropic prompt caching"),
 )
 
 

@@ -38,8 +38,10 @@ from ..budget import (
 )
 from ..errors import TokenBudgetExceeded
 from ..model import output_type
+from ..pricing import DollarLimits
 from ..prompt import Prompt, PromptOverrides
 from ..run_context import Frame, current_frame, reset_frame, set_frame
+from ..thinking_blocks import drop_stale_thinking, pinned_thinking
 from ..tokens import (
     COUNTER_ENV,
     CountRequest,
@@ -55,6 +57,7 @@ from ..tree import NodeStatus, NodeType
 __all__ = ["Budget", "Enforcer"]
 
 _KEY = "budget.enforcer"
+_ATTEMPTS = "budget_attempts"
 
 
 class Budget(Middleware):
@@ -71,6 +74,12 @@ class Budget(Middleware):
             run.overrides.token_budget, run.agent.config["token_budget"], run.tree, run.node
         )
         run.scratch[_KEY] = None
+        # Every attempt's prompt node, so a dollar limit counts what earlier attempts
+        # (a reflection's retries) cost too: it is per prompt, not per attempt.
+        attempts: list[Any] = run.scratch.setdefault(_ATTEMPTS, [])
+        earlier = sum(n.metrics.get("cost_usd") or 0.0 for n in attempts if n is not run.node)
+        if run.node not in attempts:
+            attempts.append(run.node)
         if chosen is not None:
             run.scratch[_KEY] = Enforcer(
                 chosen[0],
@@ -84,11 +93,12 @@ class Budget(Middleware):
                 model=run.settings["model"],
                 max_tokens=run.settings["max_tokens"],
             )
+            run.scratch[_KEY].dollars.earlier = earlier
         return await call_next()
 
     async def before_model(self, run: PromptRun, request: dict[str, Any]) -> dict[str, Any]:
         enforcer: Enforcer | None = run.scratch.get(_KEY)
-        if enforcer is not None:
+        if enforcer is not None and enforcer.budget.max_total is not None:
             # Trims the conversation itself (request["messages"] is it), so later
             # turns build on what was kept.
             history = run.history
@@ -105,6 +115,9 @@ class Budget(Middleware):
                 # With a history the request's list is a new one: keep what it kept.
                 history[:] = messages[:left]
                 run.messages[:] = messages[left:]
+        if enforcer is not None and enforcer.dollars.active:
+            # After any trimming (and summary, which spends too): what is sent now.
+            await enforcer.check_spend(request)
         return request
 
 
@@ -149,14 +162,14 @@ class Enforcer:
         self.schema_tokens = estimate_tokens(_schema_of(schema)) if schema is not None else 0
         self.warned = False
         self.summarizer_failed = False
-        self.stats: dict[str, Any] = {
-            "source": source,
-            "limit": self.limit,
-            "checks": 0,
-            "enforcements": 0,
-            "peak_tokens": 0,
-        }
+        self.stats: dict[str, Any] = {"source": source}
+        if budget.max_total is not None:
+            self.stats.update(limit=self.limit, checks=0, enforcements=0, peak_tokens=0)
         node.metrics["budget"] = self.stats
+        # Every max_usd in force: this budget's, and each workflow's or step's around.
+        self.dollars = DollarLimits(budget, source, getattr(agent, "name", "?"), tree, node)
+        if budget.max_usd is not None:
+            self.stats["max_usd"] = budget.max_usd
         # Message dicts are never changed once in the conversation, so their
         # estimates are kept by identity (the dict is held, so the id stays valid).
         self._sizes: dict[int, tuple[Mapping[str, Any], int]] = {}
@@ -213,6 +226,29 @@ class Enforcer:
         left = await self._enforce(messages, scaled, fixed, total, history)
         self.warned = False  # the next crossing of the threshold is news again
         return left
+
+    async def check_spend(self, request: dict[str, Any]) -> None:
+        """Raise `TokenBudgetExceeded` when this request would pass a ``max_usd``
+        (see `groundswell.pricing.DollarLimits`)."""
+        if self.budget.max_total is not None:
+            tokens = int(self.stats["last_tokens"])  # counted (and fitted) just before
+        else:
+            tokens = await self._measure(request)
+        model = str(request.get("model") or self.model)
+        self.stats["spent_usd"] = self.dollars.check(model, tokens)
+
+    async def _measure(self, request: dict[str, Any]) -> int:
+        """The request's input tokens, counted as `check` counts them."""
+        messages, system = request["messages"], request.get("system")
+        tools = request.get("tools") or []
+        estimate = (
+            system_tokens(system)
+            + tools_tokens(tools)
+            + self.schema_tokens
+            + sum(self._size(m) for m in messages)
+        )
+        betas, servers = request.get("betas") or (), request.get("mcp_servers") or ()
+        return await self._count(messages, system, tools, estimate, betas, servers)
 
     async def _count(
         self,
@@ -284,6 +320,12 @@ class Enforcer:
             room = self.limit - fixed[0] - fixed[1] - parts["instruction"]
             if budget.strategy == "fail":
                 raise self._exceeded(parts, total, None)
+            # Every strategy makes room before the latest turn; while that turn's tool
+            # calls are answered, its thinking forbids any change there (thinking_blocks).
+            pinned = pinned_thinking(messages)
+            if pinned is not None:
+                raise self._pinned(parts, total, pinned)
+            before = list(messages)  # as it was: _summarize rewrites the instruction in place
             if budget.strategy == "sliding_window":
                 kept = sliding_window(candidates, room)
             elif budget.strategy == "prune_oldest":
@@ -311,6 +353,8 @@ class Enforcer:
                 for t in removed
             ]
             node.payload["kept_turns"] = len(kept)
+            # The thinking after the first change is void now: it goes (thinking_blocks).
+            keep, kept_history = drop_stale_thinking(before, keep, len(earlier))
             messages[:] = keep
         except TokenBudgetExceeded as exc:
             tree.end_node(node, NodeStatus.FAILED, error=exc)
@@ -321,7 +365,7 @@ class Enforcer:
         node.metrics["tokens_after"] = after
         self.stats["last_tokens"] = after
         tree.end_node(node, NodeStatus.COMPLETED)
-        return len(earlier)
+        return kept_history
 
     def _history_turns(
         self, messages: list[dict[str, Any]], sizes: list[int], count: int
@@ -391,6 +435,28 @@ class Enforcer:
             f"agent {getattr(self.agent, 'name', '?')!r}: {why}; largest part: {largest} "
             f"({parts[largest]} tokens). To fix: {', or '.join(advice)}",
             breakdown=detail,
+        )
+
+    def _pinned(self, parts: dict[str, int], total: int, pinned: int) -> TokenBudgetExceeded:
+        """The refusal to cut into a tool loop whose latest turn holds thinking blocks.
+
+        A `TokenBudgetExceeded`, not a `ConfigurationError`: the settings are
+        valid, it is this conversation that outgrew the budget at a point where
+        the API allows no cut, and code that handles budget overruns already
+        catches this error (with its ``breakdown``).
+        """
+        budget = self.budget
+        return TokenBudgetExceeded(
+            f"agent {getattr(self.agent, 'name', '?')!r}: the request needs {total} input "
+            f"tokens, over the {self.limit}-token input limit (max_total={budget.max_total} - "
+            f"reserve_for_output={self.reserve}), and {budget.strategy} may not make it fit: "
+            f"the model's latest turn (messages[{pinned}]) holds thinking blocks and its tool "
+            "calls are being answered, so the API takes it back only with its thinking and "
+            "everything before it unchanged (it refuses the request otherwise). To fix: raise "
+            "max_total, or reserve less for the output (or lower max_tokens), or have the "
+            "tools return less, or continue from a shorter message_history; strategies make "
+            "room again once the tool loop has ended",
+            breakdown={**parts, "total": total, "limit": self.limit},
         )
 
     async def _summarize(

@@ -54,7 +54,8 @@ class MCPServers(Middleware):
                 servers, toolsets, betas = remote_request(
                     bridge.remote, settings.get("betas"), run.tools.definitions
                 )
-                settings["mcp_servers"] = servers
+                # Beside any given by name (mcp_servers=...), not instead of them.
+                settings["mcp_servers"] = [*(settings.get("mcp_servers") or ()), *servers]
                 settings["betas"] = betas
                 # Not through Toolbox.add: toolsets have no "name" to tell them apart by.
                 run.tools.definitions.extend(toolsets)

@@ -25,6 +25,7 @@ import httpx2
 
 from ..cache import scope_answers
 from ..errors import ConfigurationError
+from ._prompt_cache import PromptCacheLedger
 from ._replay import Mismatch, ReplayModel
 from ._replies import (
     Answer,
@@ -32,12 +33,14 @@ from ._replies import (
     FakeModel,
     FunctionModel,
     MessagesRequest,
+    RawReply,
     Reply,
     SchemaModel,
     ScriptedModel,
     error,
     new_id,
 )
+from ._thinking import ThinkingLedger
 
 if TYPE_CHECKING:
     from ..agent.overrides import Scope
@@ -115,6 +118,10 @@ class FakeAnthropicAPI:
         self.requests: list[MessagesRequest] = []
         self.count_token_requests: list[MessagesRequest] = []
         self._lock = threading.Lock()
+        # Signs the thinking blocks sent and checks those sent back, as the API does.
+        self._thinking = ThinkingLedger()
+        #: What this fake's prompt cache holds (``cache_control``), for usage's cache counts.
+        self.prompt_cache = PromptCacheLedger()
 
     @classmethod
     def from_trace(
@@ -197,6 +204,9 @@ class FakeAnthropicAPI:
                 return self._error(
                     error(400, f"messages.{i}: all messages must have non-empty content")
                 )
+        refused = self._thinking.check(body) or self.prompt_cache.check(body)
+        if refused is not None:
+            return self._error(error(400, refused))
         with self._lock:
             self.requests.append(request)
         try:
@@ -210,29 +220,52 @@ class FakeAnthropicAPI:
             return self._error(reply)
         if isinstance(answer, ErrorReply):
             return self._error(answer)
+        sse = {"content-type": "text/event-stream", DELAY_HEADER: str(answer.delay)}
+        if isinstance(answer, RawReply):
+            if request.stream:
+                return 200, sse, self._raw_stream(answer.body)
+            return self._json(200, answer.body, {DELAY_HEADER: str(answer.delay)})
         message = self._message(request, answer)
         if request.stream:
-            sse = {"content-type": "text/event-stream", DELAY_HEADER: str(answer.delay)}
             return 200, sse, self._stream(message, answer)
-        return self._json(200, message, {DELAY_HEADER: str(answer.delay)} if answer.delay else None)
+        status, headers, body = self._json(
+            200, message, {DELAY_HEADER: str(answer.delay)} if answer.delay else None
+        )
+        if answer.cut_stream:  # the connection drops halfway through the body
+            whole = b"".join(body)
+            body = iter([whole[: len(whole) // 2]])
+        return status, headers, body
 
     def _message(self, request: MessagesRequest, reply: Reply) -> dict[str, Any]:
         body = request.body
-        usage = {
-            "input_tokens": estimate_tokens(
-                [body.get("system"), body["messages"], body.get("tools")]
-            ),
+        total = estimate_tokens([body.get("system"), body["messages"], body.get("tools")])
+        read, written, hour = self.prompt_cache.account(body, estimate_tokens)
+        if reply.usage:  # a scripted usage says it all (unscripted counts as before caching)
+            read = written = hour = 0
+        read = min(read, total)
+        written = min(written, total - read)
+        hour = min(hour, written)
+        usage: dict[str, Any] = {
+            "input_tokens": total - read - written,
             "output_tokens": estimate_tokens(reply.content),
-            "cache_creation_input_tokens": 0,
-            "cache_read_input_tokens": 0,
+            "cache_creation_input_tokens": written,
+            "cache_read_input_tokens": read,
+            # The API splits the writes by lifetime (they are priced apart).
+            "cache_creation": {
+                "ephemeral_5m_input_tokens": written - hour,
+                "ephemeral_1h_input_tokens": hour,
+            },
         }
-        usage.update(reply.usage or {})
+        if reply.usage:
+            usage.update(reply.usage)
+            if "cache_creation" not in reply.usage:
+                del usage["cache_creation"]  # the script's writes have no split: 5-minute
         return {
             "id": new_id("msg"),
             "type": "message",
             "role": "assistant",
             "model": reply.model or request.model,
-            "content": reply.content,
+            "content": self._thinking.sign(body, reply.content),
             "stop_reason": reply.stop_reason,
             "stop_sequence": None,
             "usage": usage,
@@ -243,8 +276,11 @@ class FakeAnthropicAPI:
         start["usage"] = {**message["usage"], "output_tokens": 1}
         yield _sse("message_start", {"type": "message_start", "message": start})
         yield _sse("ping", {"type": "ping"})
-        for index, block in enumerate(message["content"]):
-            yield from self._stream_block(index, block)
+        blocks = [e for i, b in enumerate(message["content"]) for e in self._stream_block(i, b)]
+        if reply.cut_stream:  # the connection drops halfway, cleanly: no message_stop
+            yield from blocks[: len(blocks) // 2]
+            return
+        yield from blocks
         if reply.stream_error is not None:
             yield _sse("error", reply.stream_error.body())
             return
@@ -287,6 +323,34 @@ class FakeAnthropicAPI:
                 {"type": "content_block_delta", "index": index, "delta": delta},
             )
         yield _sse("content_block_stop", {"type": "content_block_stop", "index": index})
+
+    def _raw_stream(self, body: Any) -> Iterator[bytes]:
+        """A `raw_reply`'s body as a stream, as far as its shape goes."""
+        message = body if isinstance(body, dict) else {}
+        start = {k: v for k, v in message.items() if k not in ("content", "stop_reason")}
+        start.update(content=[], stop_reason=None)
+        yield _sse("message_start", {"type": "message_start", "message": start})
+        content = message.get("content")
+        for index, block in enumerate(content if isinstance(content, list) else ()):
+            if isinstance(block, dict) and (
+                block.get("type") == "tool_use"
+                or (block.get("type") == "text" and isinstance(block.get("text"), str))
+            ):
+                yield from self._stream_block(index, block)
+                continue
+            start_block = {"type": "content_block_start", "index": index, "content_block": block}
+            yield _sse("content_block_start", start_block)
+            yield _sse("content_block_stop", {"type": "content_block_stop", "index": index})
+        usage = message.get("usage")
+        delta = {
+            "type": "message_delta",
+            "delta": {"stop_reason": message.get("stop_reason"), "stop_sequence": None},
+            "usage": {"output_tokens": usage.get("output_tokens")}
+            if isinstance(usage, dict)
+            else usage,
+        }
+        yield _sse("message_delta", delta)
+        yield _sse("message_stop", {"type": "message_stop"})
 
     @staticmethod
     def _json(
@@ -383,7 +447,7 @@ def use_fake(
             "use_fake(fake), not use_fake(fake.client()); to put agents on any client, "
             "use agent.override(client=...)"
         )
-    if isinstance(fake, str | Reply | ErrorReply):
+    if isinstance(fake, str | Reply | ErrorReply | RawReply):
         raise ConfigurationError(
             f"use_fake() takes a script as a list of replies; got a single "
             f"{type(fake).__name__}: write use_fake([{fake!r:.40}])"

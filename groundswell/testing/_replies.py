@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeAlias, get_args
 
 from anthropic.types import StopReason
+from anthropic.types.beta import BetaStopReason
 
 from ..errors import ConfigurationError
 
@@ -17,11 +18,13 @@ __all__ = [
     "ErrorReply",
     "FunctionModel",
     "MessagesRequest",
+    "RawReply",
     "Reply",
     "SchemaModel",
     "ScriptedModel",
     "error",
     "json_reply",
+    "raw_reply",
     "sample_from_schema",
     "text",
     "tool_calls",
@@ -54,8 +57,12 @@ def new_id(prefix: str) -> str:
 class Reply:
     """A successful Messages API answer: content blocks plus stop reason and usage.
 
-    ``stream_error`` makes a streamed reply break off with an ``event: error``
-    after its content; ``delay`` (seconds) holds the answer back.
+    ``stop_reason`` is any the installed SDK knows (``refusal``,
+    ``model_context_window_exceeded``, ``compaction``...). ``stream_error``
+    makes a streamed reply break off with an ``event: error`` after its content;
+    ``cut_stream=True`` ends the answer halfway through its content, cleanly, as
+    a dropped connection does: a stream without its ``message_stop``, a JSON body
+    cut in two. ``delay`` (seconds) holds the answer back.
     """
 
     content: list[dict[str, Any]]
@@ -64,6 +71,7 @@ class Reply:
     model: str | None = None
     stream_error: ErrorReply | None = None
     delay: float = 0.0
+    cut_stream: bool = False
 
     def __post_init__(self) -> None:
         # Checked here: a malformed answer only fails inside the SDK, which retries it.
@@ -89,8 +97,8 @@ class Reply:
             )
 
 
-# The SDK's own list, so a newer API's stop reasons are accepted as soon as it knows them.
-STOP_REASONS = frozenset(get_args(StopReason))
+# The SDK's own lists, so a newer API's stop reasons are accepted as soon as it knows them.
+STOP_REASONS = frozenset(get_args(StopReason)) | frozenset(get_args(BetaStopReason))
 
 
 def _block_problem(block: Any) -> str | None:
@@ -107,6 +115,11 @@ def _block_problem(block: Any) -> str | None:
         return "is a tool_use block without a string 'id' and 'name' and a dict 'input'"
     if kind == "thinking" and not isinstance(block.get("thinking"), str):
         return "is a thinking block without a string 'thinking'"
+    # Left out, the fake fills them in (a signature for the block, opaque data).
+    if kind == "thinking" and not isinstance(block.get("signature", ""), str):
+        return "is a thinking block whose 'signature' is not a string"
+    if kind == "redacted_thinking" and not isinstance(block.get("data", ""), str):
+        return "is a redacted_thinking block whose 'data' is not a string"
     return None
 
 
@@ -127,7 +140,35 @@ class ErrorReply:
         }
 
 
-Answer: TypeAlias = "Reply | ErrorReply"
+@dataclass
+class RawReply:
+    """A 200 answer whose body is sent exactly as given, malformed or not (see `raw_reply`)."""
+
+    body: Any
+    delay: float = 0.0
+
+
+Answer: TypeAlias = "Reply | ErrorReply | RawReply"
+
+
+def raw_reply(body: Any) -> RawReply:
+    """A 200 answer with ``body`` as it is: to test what a malformed answer does.
+
+    A plain request gets ``body`` as its JSON; a streamed one the events of a
+    stream built from it, as far as it goes (its ``content`` blocks, then its
+    ``stop_reason`` and ``usage``, as given). E.g. a reply without content, or
+    a tool call whose input is a string::
+
+        raw_reply({"type": "message", "role": "assistant", "stop_reason": "end_turn"})
+    """
+    try:
+        json.dumps(body)
+    except (TypeError, ValueError) as exc:
+        raise ConfigurationError(
+            f"groundswell.testing: raw_reply() sends its body as JSON, but {body!r:.60} is "
+            f"not JSON: {exc}"
+        ) from None
+    return RawReply(body)
 
 
 def text(
@@ -301,7 +342,7 @@ def as_answer(value: Any, where: str) -> Answer:
     Anything else is refused here, when the script is written, not when the
     SDK meets a broken answer (and retries it) mid-test.
     """
-    if isinstance(value, Reply | ErrorReply):
+    if isinstance(value, Reply | ErrorReply | RawReply):
         return value
     if isinstance(value, str):
         return text(value)
@@ -311,7 +352,7 @@ def as_answer(value: Any, where: str) -> Answer:
     raise ConfigurationError(
         f"groundswell.testing: {where} is {type(value).__name__} {value!r:.80}; a fake's "
         "answers are text('...') (or a plain string), json_reply(obj), tool_use(name, input), "
-        f"tool_calls(...), Reply([...]) or error(status){hint}"
+        f"tool_calls(...), Reply([...]), raw_reply(body) or error(status){hint}"
     )
 
 
@@ -323,7 +364,7 @@ class ScriptedModel:
     """
 
     def __init__(self, replies: Iterable[Answer | str] = ()) -> None:
-        if isinstance(replies, str | Reply | ErrorReply):
+        if isinstance(replies, str | Reply | ErrorReply | RawReply):
             raise ConfigurationError(
                 "groundswell.testing: a script is a list of answers, e.g. [text('hi')]; "
                 f"got a single {type(replies).__name__}"

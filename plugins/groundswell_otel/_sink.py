@@ -396,11 +396,17 @@ class OTelSink:
         attrs: dict[str, Any] = {A.NODE_STATUS: status}
         if isinstance(metrics.get("attempt"), int):
             attrs[A.ATTEMPT] = metrics["attempt"]
+        cost = metrics.get("cost_usd")
+        if isinstance(cost, int | float) and not isinstance(cost, bool):
+            attrs[A.COST_USD] = float(cost)  # model_call, prompt, step and workflow spans
         if node.type in ("prompt", "model_call"):
             attrs.update(usage_attributes(metrics.get("usage")))
         if node.type == "prompt":
             if "cache" in metrics:
                 attrs[A.CACHE] = str(metrics["cache"])
+            share = metrics.get("prompt_cache_share")
+            if isinstance(share, int | float) and not isinstance(share, bool):
+                attrs[A.PROMPT_CACHE_SHARE] = float(share)
             if isinstance(metrics.get("turns"), int):
                 attrs[A.TURNS] = metrics["turns"]
             if self.capture.content:

@@ -76,7 +76,11 @@ NODE_STATUS = "groundswell.node.status"
 RUN_ID = "groundswell.run.id"
 ATTEMPT = "groundswell.attempt"
 TURNS = "groundswell.turns"
+# What the node's model calls cost in USD (groundswell.pricing); absent when unknown.
+COST_USD = "groundswell.cost_usd"
 CACHE = "groundswell.cache"
+# The share of a prompt's input tokens read from Anthropic's prompt cache (0 to 1).
+PROMPT_CACHE_SHARE = "groundswell.prompt_cache_share"
 CACHE_HIT = "groundswell.cache.hit"
 CACHE_KEY = "groundswell.cache.key"
 CACHE_AGE_S = "groundswell.cache.age_s"
