@@ -59,14 +59,15 @@ class ScrubRecords(logging.Filter):
 _FILTER = ScrubRecords()
 
 
-#: True once the transport's loggers (``httpcore2.*``, made when the first connection
-#: opens) have the filter too; until then each model call installs it again.
-complete = False
+#: How many loggers existed when the filter was last installed: a model call installs it
+#: again only when there are more (the transport makes ``httpcore2.*`` when its first
+#: connection opens), so the common call pays one ``len()``.
+known = 0
 
 
 def install() -> None:
     """Put the filter on the SDK loggers and on every logger below them that exists now."""
-    global complete
+    global known
     names = set(_BODIES)
     for name in list(logging.Logger.manager.loggerDict):
         if name.split(".", 1)[0] in SDK_LOGGERS:
@@ -75,7 +76,7 @@ def install() -> None:
         logger = logging.getLogger(name)
         if _FILTER not in logger.filters:
             logger.addFilter(_FILTER)
-    complete = any(name.startswith("httpcore2.") for name in names)
+    known = len(logging.Logger.manager.loggerDict)
 
 
 install()

@@ -18,6 +18,7 @@ import asyncio
 import functools
 import inspect
 import json
+import logging
 import re
 import threading
 import types
@@ -217,6 +218,10 @@ def is_retryable_stream_error(exc: Exception) -> bool:
     return isinstance(exc, httpx2.TransportError | _IncompleteStream)
 
 
+# The logging module's registry of loggers (one dict for the process).
+_LOGGERS = logging.Logger.manager.loggerDict
+
+
 async def call_model(
     client: anthropic.AsyncAnthropic,
     params: dict[str, Any],
@@ -231,7 +236,7 @@ async def call_model(
     most ``max_wait`` seconds for a ``Retry-After`` (`groundswell.api_retries`);
     ``on_wait(seconds, status, retry)`` hears of each wait before it starts.
     """
-    if not _sdk_logs.complete:  # loggers the SDK's transport made since: filtered too
+    if len(_LOGGERS) != _sdk_logs.known:  # loggers made since (the transport's): filtered too
         _sdk_logs.install()
     retries = getattr(client, "max_retries", 0)
     sender = without_sdk_retries(client) if retries else None
