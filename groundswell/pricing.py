@@ -400,21 +400,18 @@ def charge(
             spend = spend.outer
 
 
-def settle(tree: Any, prompt: EventNode) -> None:
+def settle(tree: Any, prompt: EventNode, usage: Mapping[str, int]) -> None:
     """As ``prompt`` ends: add what its own model calls cost to the prompt, step and
     workflow nodes above it (a prompt nested in it has added its own already), and
-    their tokens to the steps and workflows above it (`add_usage`)."""
+    their tokens (``usage``, the attempt's own) to the steps and workflows above it."""
     own: float | None = 0.0
-    usage: dict[str, int] = {}
     for child in child_nodes(prompt):
         if child.type is NodeType.MODEL_CALL:
-            metrics = metrics_of(child)
-            cost = metrics.get("cost_usd", 0.0)
+            cost = metrics_of(child).get("cost_usd", 0.0)
             own = None if own is None or cost is None else own + cost
-            _count(usage, metrics.get("usage"))
     if own != 0.0 or usage:
         with _lock:
-            _add_up(tree, prompt, own, usage)
+            _add_up(tree, prompt, own, dict(usage))
 
 
 def _count(total: dict[str, int], usage: Any) -> None:

@@ -194,7 +194,7 @@ async def _attempt(run: PromptRun, layers: Layers) -> PromptResult[Any]:
         metrics["usage"] = usage
         cache_share(metrics, usage)
         if "cost_usd" in metrics:
-            settle(tree, node)
+            settle(tree, node, usage)
         _record_system(run)
         tree.end_node_after(node, exc)
         raise
@@ -203,7 +203,7 @@ async def _attempt(run: PromptRun, layers: Layers) -> PromptResult[Any]:
     metrics["usage"] = usage
     cache_share(metrics, usage)
     if "cost_usd" in metrics:  # what it cost, added to the steps and workflows above
-        settle(tree, node)
+        settle(tree, node, usage)
     metrics["turns"] = result.turns
     if run.system:  # `_record_system`, inline on the way every prompt takes
         node.payload["system"] = jsonable(run.system)
