@@ -18,9 +18,9 @@ HERE = Path(__file__).resolve().parent
 
 @nox.session(python=PYTHONS)
 def tests(session: nox.Session) -> None:
-    """Run the test suite (args go to pytest)."""
+    """Run the test suite (args go to pytest; without any, on workers as ``./dev test``)."""
     session.install("-e", ".[dev]")
-    session.run("pytest", *session.posargs)
+    session.run("pytest", *(session.posargs or ["-n", "logical", "--maxprocesses", "4"]))
 
 
 @nox.session(python="3.11")

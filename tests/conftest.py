@@ -6,6 +6,16 @@ import os
 
 os.environ.setdefault("GROUNDSWELL_STRICT_PLUGINS", "1")
 
+import atexit
+import shutil
+import tempfile
+
+# What the suite stores by default (history database, API secret, durable-run files) goes
+# to a folder of this test process's own, never into the user's ~/.groundswell.
+_SUITE_HOME = tempfile.mkdtemp(prefix="groundswell-tests-")
+os.environ["GROUNDSWELL_HOME"] = _SUITE_HOME
+atexit.register(shutil.rmtree, _SUITE_HOME, ignore_errors=True)
+
 import importlib
 import sys
 import textwrap
@@ -147,6 +157,21 @@ def postgres_url() -> str:
     return raw.replace("postgresql://", "postgresql+psycopg://", 1)
 
 
+@pytest.fixture(scope="session")
+def history_database(postgres_url: str) -> Iterator[str]:
+    """A database of this test process's own on the PostgreSQL server, for the history
+    store's tables, as a SQLAlchemy URL; dropped at the end of the session.
+
+    Tests empty those tables before and after they run (`history_store`): in one database
+    shared by the processes of a parallel run (``./dev test``), a test would delete the
+    rows of a test running at the same time in another process.
+    """
+    from .scratch_db import fresh_database
+
+    with fresh_database(postgres_url, prefix="gs_history") as url:
+        yield url.replace("postgresql://", "postgresql+psycopg://", 1)
+
+
 @pytest.fixture(params=["sqlite", "postgresql"])
 def history_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     """A fresh session history store, once on SQLite and once on the real PostgreSQL."""
@@ -157,7 +182,7 @@ def history_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[An
         yield made
         made.close()
         return
-    made = HistoryStore(request.getfixturevalue("postgres_url"))
+    made = HistoryStore(request.getfixturevalue("history_database"))
     _empty_store(made)
     yield made
     _empty_store(made)
@@ -186,5 +211,5 @@ def recording_store(
     manager.refresh_sinks("history")
     yield history_store
     monkeypatch.delenv("GROUNDSWELL_HISTORY_URL", raising=False)
-    monkeypatch.delenv("GROUNDSWELL_HOME")
+    monkeypatch.setenv("GROUNDSWELL_HOME", _SUITE_HOME)
     manager.refresh_sinks("history")

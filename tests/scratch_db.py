@@ -1,4 +1,5 @@
-"""A scratch PostgreSQL database, for the durable-run tests and benchmark (no pytest needed)."""
+"""A scratch PostgreSQL database, for the durable-run and history tests and benchmark (no pytest
+needed)."""
 
 from __future__ import annotations
 

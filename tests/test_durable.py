@@ -458,7 +458,10 @@ def test_steps_handed_out_by_timing_never_take_another_items_checkpoint(
 
 
 def test_a_killed_durable_parent_finds_its_queued_children_again(project: Project) -> None:
-    project.worker("sq", "--concurrency", "8")
+    # A worker hands back the runs of a process it has seen dead for the takeover grace.
+    # Had it done so with the parent's run before recover() below (what this test is
+    # about) looked, as happens on a busy machine, recover() would find nothing to return.
+    project.worker("sq", "--concurrency", "8", GROUNDSWELL_DBOS_TAKEOVER_GRACE_S="600")
     hang = project.root / "hang"
     first = project.start("-c", RUN, "spawner", "[30]", GS_TEST_HANG=str(hang))
     wait_for(hang)  # all 31 children finished, in whatever order the worker took them

@@ -259,13 +259,14 @@ def default_sink(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Hi
     """The bundled history sink as installed, recording only ``Agent(history=True)``
     agents, into the default store (a file under a fresh ``GROUNDSWELL_HOME``)."""
     monkeypatch.delenv("GROUNDSWELL_HISTORY_URL", raising=False)
+    outer_home = os.environ["GROUNDSWELL_HOME"]
     monkeypatch.setenv("GROUNDSWELL_HOME", str(tmp_path))
     manager = groundswell.get_plugin_manager()
     manager.refresh_sinks("history")
     assert "history" in manager.sink_hub().names()
     with HistoryStore(default_url()) as store:
         yield store
-    monkeypatch.delenv("GROUNDSWELL_HOME")
+    monkeypatch.setenv("GROUNDSWELL_HOME", outer_home)
     manager.refresh_sinks("history")
 
 

@@ -159,6 +159,10 @@ async def main():
         # committed first: a commit between the two reads can only make this smaller.
         queued = sink.committed + sink.pending
         print(sent, queued, flush=True)
+        # A moment with the GIL free: else this busy loop lets the sink's thread run
+        # only now and then, and the child needs tens of thousands of prompts (and up to
+        # a minute) to hand it the operations the test waits for.
+        await asyncio.sleep(0.001)
 
 
 asyncio.run(main())

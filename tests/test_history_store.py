@@ -295,7 +295,7 @@ def test_concurrent_writers_in_two_processes_lose_nothing(
     url = (
         f"sqlite:///{tmp_path / 'shared.db'}"
         if backend == "sqlite"
-        else request.getfixturevalue("postgres_url")
+        else request.getfixturevalue("history_database")
     )
     store = HistoryStore(url)
     _empty_store(store)
