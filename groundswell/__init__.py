@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 from . import _sdk_logs  # noqa: F401  (the SDK's loggers scrubbed while Groundswell is imported)
 from ._serialize import is_secret_key, redact, register_secret, scrub
 from .budget import TokenBudget
-from .cache import Cache, CacheLock, ToolCachePolicy, get_cache, invalidate, tool_cache_stats
-from .claude_hooks import PromptBlocked
+from .cache import Cache, CacheLock, ToolCachePolicy, get_cache, request_cache_key, schema_hash
+from .claude_hooks import HookStopped, PromptBlocked
 from .context_providers import ContextRequest
 from .errors import (
     ConfigurationError,
@@ -44,6 +44,7 @@ from .hookspecs import (
     ToolProvider,
     hookimpl,
 )
+from .mcp_client import Elicitation
 from .plugins import PluginInfo, PluginManager, flush_sinks, get_plugin_manager
 from .pricing import set_prices
 from .prompt import Prompt, PromptOverrides, PromptTemplate, create_prompt
@@ -65,8 +66,11 @@ from .run_context import (
     observe_run,
     record_event,
 )
+from .skills import Skill
+from .summary import Summarizer
 from .tokens import estimate_tokens
-from .tools import Skill, Tool, ToolContext, ToolFailed
+from .tool_cache import clear_tool_cache, invalidate, tool_cache_stats
+from .tools import Tool, ToolContext, ToolFailed
 from .tree import EventNode, EventTree, NodeStatus, NodeType
 from .workflow import Workflow, WorkflowContext, WorkflowResult, create_workflow, workflow
 
@@ -124,6 +128,7 @@ __all__ = [
     "ContextProvider",
     "ContextRequest",
     "ContextWindowExceeded",
+    "Elicitation",
     "Event",
     "EventNode",
     "EventSink",
@@ -134,6 +139,7 @@ __all__ = [
     "ExtractionError",
     "Frame",
     "GroundswellError",
+    "HookStopped",
     "MaxTurnsExceeded",
     "Middleware",
     "MissingAwait",
@@ -164,6 +170,7 @@ __all__ = [
     "Skill",
     "StepTimeout",
     "StreamEvent",
+    "Summarizer",
     "TokenBudget",
     "TokenBudgetExceeded",
     "TokenCounter",
@@ -180,6 +187,7 @@ __all__ = [
     "WorkflowError",
     "WorkflowResult",
     "__version__",
+    "clear_tool_cache",
     "create_agent",
     "create_prompt",
     "create_workflow",
@@ -199,6 +207,8 @@ __all__ = [
     "record_event",
     "redact",
     "register_secret",
+    "request_cache_key",
+    "schema_hash",
     "scrub",
     "set_prices",
     "tool_cache_stats",

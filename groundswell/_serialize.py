@@ -2,7 +2,8 @@
 
 Everything the tree records (payloads, state snapshots, errors) passes through
 `jsonable`, so a tree always serializes and never holds a registered secret
-or a ``SecretStr``. What leaves the process goes through the whole scrubber
+or a ``SecretStr``; base64 content sources (images, PDFs) are recorded as
+their media type and size. What leaves the process goes through the whole scrubber
 (``_scrub``): `redact` here, or `scrub_json` on the tree's own JSON.
 """
 
@@ -94,6 +95,8 @@ def _jsonable(value: Any, _depth: int = 0) -> Any:
     if kind is int or kind is bool or value is None:
         return value
     if kind is dict and _depth < MAX_DEPTH and len(value) <= MAX_ITEMS:
+        if value.get("type") == "base64" and value.get("data").__class__ is str:
+            return _base64_record(value)  # an image or PDF source: its size, not its bytes
         out: dict[str, Any] = {}
         for k, v in value.items():
             vkind = type(v)
@@ -163,6 +166,17 @@ def _jsonable(value: Any, _depth: int = 0) -> Any:
     if callable(summary):
         return jsonable(summary(), _depth + 1)
     return _truncate(repr(value))
+
+
+def _base64_record(source: dict[str, Any]) -> dict[str, Any]:
+    """A base64 content source (``{"type": "base64", "media_type", "data"}``) as recorded:
+    its data replaced by a note of its media type and size (a tree is no place for images)."""
+    data: str = source["data"]
+    media = source.get("media_type")
+    size = len(data) * 3 // 4 - data.endswith("=") - data.endswith("==")
+    record = {k: jsonable(v) for k, v in source.items() if k != "data"}
+    record["data"] = f"[{size:,} bytes of {media or 'data'}, not recorded]"
+    return record
 
 
 def error_record(exc: BaseException) -> dict[str, Any]:

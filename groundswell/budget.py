@@ -20,7 +20,6 @@ the budget itself and the strategies' pure parts; the ``budget`` middleware
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import sys
@@ -31,32 +30,47 @@ from typing import Any, Literal
 
 from .errors import ConfigurationError
 from .pricing import Spend, enter_spend, leave_spend
+from .summary import SUMMARIZER_SYSTEM, SUMMARY_TAG, Summarizer, content_blocks
 from .tokens import COUNTER_ENV, Counter, known_counter
 
 __all__ = [
     "ESSENTIAL",
     "PLAIN",
+    "RETENTIONS",
     "STRATEGIES",
+    # The summary's parts live in `groundswell.summary`; these two are read from here too.
     "SUMMARIZER_SYSTEM",
+    "SUMMARY_TAG",
     "WORDS",
+    "Summarizer",
     "TokenBudget",
     "Turn",
     "breakdown",
     "check_budget",
+    "check_retention",
     "current_budget",
     "enter_budget",
     "leave_budget",
-    "previous_summary",
     "prune_oldest",
     "resolve_budget",
     "sliding_window",
     "split_turns",
-    "transcript",
-    "with_summary",
 ]
 
 Strategy = Literal["sliding_window", "prune_oldest", "summarize", "fail"]
 STRATEGIES: tuple[str, ...] = ("sliding_window", "prune_oldest", "summarize", "fail")
+#: ``context_retention``: what of a continued conversation (``message_history``) is sent.
+RETENTIONS: tuple[str, ...] = ("full", "output_only")
+
+
+def check_retention(value: Any, owner: str) -> str | None:
+    """``context_retention``: ``"full"``, ``"output_only"`` or ``None``; a clear error otherwise."""
+    if value is None or value in RETENTIONS:
+        return value  # type: ignore[no-any-return]
+    raise ConfigurationError(
+        f"{owner}: context_retention must be 'full' (the whole message_history is sent) or "
+        f"'output_only' (only its user turns and the model's answers), got {value!r:.40}"
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,8 +85,9 @@ class TokenBudget:
     ``warning_threshold`` is the fraction of the input limit at which a
     ``budget_warning`` event is recorded. ``per_step`` maps step names to the
     budget prompts inside that step use instead. ``summarizer`` (for
-    ``summarize``) is an `Agent` or a model name (``None``:
-    the calling agent's model). ``keep_last_turns`` is how many recent turns
+    ``summarize``) is an `Agent`, a model name (``None``: the calling agent's
+    model) or a `Summarizer` (with ``target_size`` and ``preserve``; a dict of
+    its fields is taken too). ``keep_last_turns`` is how many recent turns
     ``prune_oldest`` and ``summarize`` always keep. ``counter`` names a
     registered token counter (``None``: ``GROUNDSWELL_TOKEN_COUNTER``, else
     ``estimate``) or is a `Counter`.
@@ -151,11 +166,19 @@ class TokenBudget:
         if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
             raise bad(f"keep_last_turns must be an int >= 1, got {keep!r}")
         summarizer = self.summarizer
-        if summarizer is not None and not (
-            isinstance(summarizer, str) or hasattr(summarizer, "prompt")
+        if isinstance(summarizer, Mapping):  # the fields of a Summarizer, as a config file has them
+            unknown = sorted(set(map(str, summarizer)) - {"model", "target_size", "preserve"})
+            if unknown:
+                raise bad(
+                    f"summarizer has unknown fields {', '.join(unknown)}; a Summarizer takes "
+                    "model, target_size and preserve"
+                )
+            object.__setattr__(self, "summarizer", Summarizer(**summarizer))
+        elif summarizer is not None and not (
+            isinstance(summarizer, str | Summarizer) or hasattr(summarizer, "prompt")
         ):
             raise bad(
-                "summarizer must be a groundswell.Agent or a model name, "
+                "summarizer must be a groundswell.Agent, a model name or a groundswell.Summarizer, "
                 f"got {type(summarizer).__name__}"
             )
         if self.counter is not None and not isinstance(self.counter, str | Counter):
@@ -174,6 +197,12 @@ class TokenBudget:
                     f"no token counter named {chosen!r}{source}; available: {names}. Install "
                     "or enable the plugin that provides it"
                 )
+
+    @property
+    def summary(self) -> Summarizer:
+        """The ``summarizer`` setting as a `Summarizer` (an Agent or a name is its ``model``)."""
+        chosen = self.summarizer
+        return chosen if isinstance(chosen, Summarizer) else Summarizer(model=chosen)
 
     def input_limit(self, max_tokens: int) -> int:
         """The most input tokens a request may have, for a request asking ``max_tokens``
@@ -340,14 +369,6 @@ def split_turns(
     return head, turns
 
 
-def _blocks(message: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    """A message's content as blocks (a plain string is one text block)."""
-    content = message.get("content")
-    if isinstance(content, str):
-        return [{"type": "text", "text": content}]
-    return [b for b in content or () if isinstance(b, Mapping)]
-
-
 def _describe(message: Mapping[str, Any]) -> tuple[list[str], int]:
     """What a message holds (for the budget node), and how much prune_oldest wants to
     keep its turn: ``ESSENTIAL`` for a failed tool call or a user's words inside a turn
@@ -356,7 +377,7 @@ def _describe(message: Mapping[str, Any]) -> tuple[list[str], int]:
     kinds: list[str] = []
     rank = PLAIN
     role = message.get("role")
-    for block in _blocks(message):
+    for block in content_blocks(message):
         kind = block.get("type")
         if kind == "tool_use":
             kinds.append(f"tool_use:{block.get('name')}")
@@ -432,79 +453,3 @@ def prune_oldest(turns: Sequence[Turn], room: int, keep_last: int) -> list[Turn]
             alive[i] = False
             used -= turn.tokens
     return [t for i, t in enumerate(turns) if alive[i]]
-
-
-SUMMARY_TAG = "earlier_turns_summary"
-SUMMARIZER_SYSTEM = (
-    "You condense the earlier part of a conversation between a user, an AI assistant and "
-    "its tools so that the conversation can go on without it. Keep every fact, result, "
-    "decision, error and open question a later turn may rely on, with names, numbers and "
-    "identifiers exact. Leave out repetition. Reply with the summary only."
-)
-_TRANSCRIPT_CLIP = 2_000
-
-
-def transcript(messages: Sequence[Mapping[str, Any]], previous: str | None = None) -> str:
-    """Messages as plain text for a summarizer (long tool results clipped)."""
-    lines: list[str] = []
-    if previous:
-        lines.append(f"[summary of still earlier turns]\n{previous}")
-    for message in messages:
-        role = str(message.get("role"))
-        for block in _blocks(message):
-            kind = block.get("type")
-            if kind == "text":
-                lines.append(f"[{role}] {_clip(str(block.get('text', '')))}")
-            elif kind == "tool_use":
-                args = json.dumps(block.get("input") or {}, ensure_ascii=False, default=str)
-                lines.append(f"[{role} calls tool {block.get('name')}] {_clip(args)}")
-            elif kind == "tool_result":
-                inner = block.get("content")
-                text = (
-                    inner
-                    if isinstance(inner, str)
-                    else " ".join(
-                        str(b.get("text", "")) for b in inner or () if isinstance(b, Mapping)
-                    )
-                )
-                mark = "tool error" if block.get("is_error") else "tool result"
-                lines.append(f"[{mark}] {_clip(text)}")
-    return "\n\n".join(lines)
-
-
-def _clip(text: str) -> str:
-    if len(text) <= _TRANSCRIPT_CLIP:
-        return text
-    return f"{text[:_TRANSCRIPT_CLIP]} … [{len(text) - _TRANSCRIPT_CLIP} more characters]"
-
-
-def with_summary(first: Mapping[str, Any], summary: str) -> dict[str, Any]:
-    """The instruction message with the summary of earlier turns as its last text block
-    (replacing an older summary), so user and assistant turns still alternate."""
-    content = first.get("content")
-    blocks: list[Any] = (
-        [{"type": "text", "text": content}] if isinstance(content, str) else list(content or [])
-    )
-    blocks = [b for b in blocks if not _is_summary(b)]
-    blocks.append({"type": "text", "text": f"<{SUMMARY_TAG}>\n{summary}\n</{SUMMARY_TAG}>"})
-    return {**first, "content": blocks}
-
-
-def previous_summary(first: Mapping[str, Any]) -> str | None:
-    """The summary an earlier ``summarize`` left in the instruction message, if any."""
-    content = first.get("content")
-    if isinstance(content, str):
-        return None
-    for block in content or ():
-        if _is_summary(block):
-            text = str(block["text"])
-            return text.removeprefix(f"<{SUMMARY_TAG}>\n").removesuffix(f"\n</{SUMMARY_TAG}>")
-    return None
-
-
-def _is_summary(block: Any) -> bool:
-    return (
-        isinstance(block, Mapping)
-        and block.get("type") == "text"
-        and str(block.get("text", "")).startswith(f"<{SUMMARY_TAG}>")
-    )

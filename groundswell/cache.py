@@ -25,7 +25,7 @@ and nothing once it is skipped. Failures are ``cache_error`` events on the
 node, skips ``cache_skipped`` events, and each outage is logged once on the
 ``groundswell.cache`` logger, with "works again" when it ends. The settings
 (environment, read when a backend is first used): ``GROUNDSWELL_CACHE_TIMEOUT_S``
-(``get``/``set``), ``GROUNDSWELL_CACHE_BUST_TIMEOUT_S`` (`invalidate`),
+(``get``/``set``), ``GROUNDSWELL_CACHE_BUST_TIMEOUT_S`` (`groundswell.invalidate`),
 ``GROUNDSWELL_CACHE_SKIP_AFTER`` (failures in a row),
 ``GROUNDSWELL_CACHE_SKIP_FOR_S`` and ``GROUNDSWELL_CACHE_LOCK_S`` (a backend
 lock's lease).
@@ -69,18 +69,18 @@ __all__ = [
     "CacheLock",
     "ToolCachePolicy",
     "answer_scope",
+    "backend_label",
     "cache_entry",
-    "cached_tool_call",
     "choose_cache",
+    "contain",
     "get_cache",
-    "invalidate",
     "lock_problem",
+    "plugin_of",
     "request_cache_key",
     "schema_hash",
     "scope_answers",
     "store_entry",
     "through_cache",
-    "tool_cache_stats",
 ]
 
 # Part of every key: raised when what an entry holds changes, so entries an
@@ -104,7 +104,7 @@ class Cache(Protocol):
     the process. Every ``get``/``set`` the kernel makes has a deadline and a
     circuit breaker (`groundswell.cache_guard`): a method that raises, hangs
     or returns the wrong thing is a cache miss recorded on the run's tree,
-    never the run's failure; `invalidate` raises instead. A shared backend may
+    never the run's failure; `groundswell.invalidate` raises instead. A shared backend may
     also offer a lock (`CacheLock`) so that processes answer each request
     once between them. See ``docs/plugin-hooks.md`` for the whole contract.
     """
@@ -132,23 +132,16 @@ class Cache(Protocol):
         a ``"url"`` entry names the server in logs (its password is redacted)."""
 
 
-def _count_problem(removed: Any) -> str | None:
-    if isinstance(removed, int) and not isinstance(removed, bool) and removed >= 0:
-        return None
-    return (
-        f"bust_prefix returned {shown(removed)}; it must return how many keys it removed, "
-        "as an int (0 when none matched)"
-    )
-
-
 _schema_hashes: dict[int, tuple[Any, str]] = {}
 
 
 def schema_hash(schema: Any) -> str:
-    """SHA-256 of a JSON schema's canonical text; stable across processes.
+    """SHA-256 of a JSON schema's canonical text (keys sorted); stable across processes.
 
-    Remembered per schema object, since agents send the same schema dict again
-    and again and encoding it is most of a key's cost.
+    What a response schema stands for in a `request_cache_key`: a change to a
+    ``response_format`` model changes it, and with it every key. Remembered
+    per schema object, since agents send the same schema dict again and again
+    and encoding it is most of a key's cost.
     """
     known = _schema_hashes.get(id(schema))
     if known is not None and known[0] is schema:
@@ -186,11 +179,15 @@ def _keyable(params: Mapping[str, Any]) -> dict[str, Any]:
 def request_cache_key(namespace: str, params: Mapping[str, Any], scope: str | None = None) -> str:
     """The response-cache key for a Messages API request (``messages.create`` kwargs).
 
-    Equal requests give equal keys whatever their dict key order; a value that
-    has no canonical JSON form raises ``TypeError``. ``scope`` (`answer_scope`
-    of the client, e.g. one test fake's) is hashed in too: answers of another
-    scope are never read; ``None`` (every real client) leaves the key as it is
-    in every process.
+    An agent stores a prompt's answer under ``request_cache_key(agent.name,
+    request)``, ``request`` being the first request it sends (its
+    ``cache_miss`` and ``cache_hit`` events carry the key too); remove it with
+    ``await groundswell.get_cache().bust(key)``. Equal requests give equal keys
+    whatever their dict key order; a value that has no canonical JSON form
+    raises ``TypeError``; a response schema counts as its `schema_hash`.
+    ``scope`` (`answer_scope` of the client, e.g. one test fake's) is hashed in
+    too: answers of another scope are never read; ``None`` (every real client)
+    leaves the key as it is in every process.
     """
     if not namespace or ":" in namespace:
         raise ConfigurationError(
@@ -289,7 +286,7 @@ def get_cache(name: str | None = None) -> Cache:
 _METHODS = ("get", "set", "bust", "bust_prefix", "metrics")
 
 
-def _plugin_of(cache: Cache) -> str | None:
+def plugin_of(cache: Cache) -> str | None:
     """The plugin that registered the backend ``cache`` was made from (None: passed directly)."""
     name = next((n for n, c in _instances.items() if c is cache), None)
     if name is None:
@@ -300,15 +297,15 @@ def _plugin_of(cache: Cache) -> str | None:
         return None
 
 
-def _contain(cache: Cache, exc: Unavailable, tree: EventTree, node: EventNode, key: str) -> None:
+def contain(cache: Cache, exc: Unavailable, tree: EventTree, node: EventNode, key: str) -> None:
     """Record a failed backend call on the run's node; a broken one against its plugin too."""
     exc.record(tree, node, key)
-    if exc.broken and (plugin := _plugin_of(cache)) is not None:
+    if exc.broken and (plugin := plugin_of(cache)) is not None:
         # Listed by `groundswell plugins`; never raised: the run goes on without the cache.
         get_plugin_manager().note(plugin, f"cache backend {exc.backend}: {exc.reason}")
 
 
-def _label(cache: Cache) -> str:
+def backend_label(cache: Cache) -> str:
     """How logs and events name a backend: its registered name, class and address."""
     name = next((n for n, c in _instances.items() if c is cache), None)
     kind = type(cache).__name__
@@ -372,7 +369,7 @@ async def through_cache(
     # failure toward skipping it).
     claim: inflight.Claim | None = None
     try:
-        guard = guard_for(cache, _label)
+        guard = guard_for(cache, backend_label)
         try:
             entry = await guard.call(
                 "get",
@@ -381,7 +378,7 @@ async def through_cache(
                 check=inflight.entry_problem,
             )
         except Unavailable as exc:
-            _contain(cache, exc, tree, node, key)
+            contain(cache, exc, tree, node, key)
             entry = _DOWN
         if entry is not None and entry is not _DOWN:
             hit = inflight.decoded(entry, decode, key, tree, node)
@@ -390,7 +387,7 @@ async def through_cache(
                 return hit[0], True
         # A backend that is down is not asked again.
         if entry is not _DOWN and inflight.locking(cache):
-            found = await inflight.lock_or_wait(cache, guard, key, decode, tree, node, _contain)
+            found = await inflight.lock_or_wait(cache, guard, key, decode, tree, node, contain)
             if type(found) is tuple:  # another process answered while this one waited
                 inflight.land(slot, flight, found[1])
                 return found[0], True
@@ -436,13 +433,13 @@ async def store_entry(
     cache: Cache, key: str, encoded: Any, tree: EventTree, node: EventNode, ttl: float | None = None
 ) -> None:
     """Store an encoded value as a cache entry; a failing or skipped cache is recorded, never raised."""
-    guard = guard_for(cache, _label)
+    guard = guard_for(cache, backend_label)
     try:
         await guard.call(
             "set", functools.partial(cache.set, key, cache_entry(encoded), ttl), guard.timeout_s
         )
     except Unavailable as exc:
-        _contain(cache, exc, tree, node, key)
+        contain(cache, exc, tree, node, key)
 
 
 def choose_cache(choice: Any, workflow_choice: Any = None) -> Cache:
@@ -470,7 +467,7 @@ class ToolCachePolicy:
     ``key``: ``None`` keys on all arguments, a list of names on those
     arguments, a callable ``key(arguments)`` on whatever it returns. ``ttl`` in
     seconds (``None``: the backend's default). ``invalidate_on``: event names
-    that clear this tool's entries through `invalidate`. ``hit_message``
+    that clear this tool's entries through `groundswell.invalidate`. ``hit_message``
     is appended to a cached result (``{age_s}`` is filled in), e.g. to tell the
     model the data may be stale.
     """
@@ -480,123 +477,3 @@ class ToolCachePolicy:
     invalidate_on: Sequence[str] = ()
     hit_message: str | None = None
     enabled: bool = True
-
-
-_tool_stats: dict[str, dict[str, int]] = {}
-_invalidation: dict[str, set[tuple[int, str]]] = {}
-_caches_by_id: dict[int, Cache] = {}
-
-
-def _tool_key(policy: ToolCachePolicy, tool: str, arguments: dict[str, Any]) -> str:
-    if policy.key is None:
-        material: Any = arguments
-    elif callable(policy.key):
-        material = policy.key(arguments)
-    else:
-        missing = [name for name in policy.key if name not in arguments]
-        material = {name: arguments.get(name) for name in policy.key}
-        if missing:
-            material["$missing"] = sorted(missing)
-    digest = hashlib.sha256(
-        canonical_bytes({"v": KEY_VERSION, "tool": tool, "args": material})
-    ).hexdigest()
-    return f"{_tool_prefix(tool)}{digest}"
-
-
-def _tool_prefix(tool: str) -> str:
-    return f"tool.{tool}:"
-
-
-async def cached_tool_call(
-    policy: ToolCachePolicy,
-    tool: str,
-    arguments: dict[str, Any],
-    run: Callable[[], Awaitable[Any]],
-    cache: Cache,
-    tree: EventTree,
-    node: EventNode,
-) -> Any:
-    """Run a tool through the cache under its policy; errors are never cached."""
-    stats = _tool_stats.setdefault(tool, {"hits": 0, "misses": 0, "invalidations": 0})
-    for event in policy.invalidate_on:
-        _invalidation.setdefault(event, set()).add((id(cache), _tool_prefix(tool)))
-        _caches_by_id[id(cache)] = cache
-    key = _tool_key(policy, tool, arguments)
-    content, hit = await through_cache(
-        cache,
-        key,
-        run,
-        encode=lambda v: v,
-        decode=lambda v: v,
-        tree=tree,
-        node=node,
-        ttl=policy.ttl,
-    )
-    stats["hits" if hit else "misses"] += 1
-    if hit and policy.hit_message:
-        age = next(
-            (e.get("age_s", 0.0) for e in reversed(node.events) if e["type"] == "cache_hit"), 0.0
-        )
-        try:
-            note = policy.hit_message.format(age_s=age)
-        except (KeyError, IndexError, ValueError):
-            note = policy.hit_message
-        content = f"{content}\n\n{note}" if isinstance(content, str) else content
-    return content
-
-
-async def invalidate(event: str) -> int:
-    """Clear the cached results of every tool whose policy lists ``event``; returns how many.
-
-    Each backend gets ``GROUNDSWELL_CACHE_BUST_TIMEOUT_S`` seconds (default 10),
-    and is tried even while prompts skip it. When one fails, the others are
-    still cleared and then its error is raised (`TimeoutError` for a backend
-    that did not answer), naming the backend; a backend that answers against
-    the protocol (``bust_prefix`` not returning an int) is a `PluginError`
-    naming it, its plugin and what the method must return.
-    """
-    removed = 0
-    failed: BaseException | None = None
-    for cache_id, prefix in sorted(_invalidation.get(event, set())):
-        cache = _caches_by_id.get(cache_id)
-        if cache is None:
-            continue
-        guard = guard_for(cache, _label)
-        try:
-            removed += await guard.call(
-                "bust_prefix",
-                functools.partial(cache.bust_prefix, prefix),
-                guard.bust_timeout_s,
-                skip=False,  # a rare call that matters: stale entries would outlive the outage
-                check=_count_problem,
-            )
-        except Unavailable as exc:
-            cause = exc.__cause__
-            if failed is not None:
-                pass  # the first is raised; every backend's outage is logged anyway
-            elif exc.broken:
-                plugin = _plugin_of(cache)
-                whose = f" of plugin {plugin!r}" if plugin else ""
-                failed = PluginError(
-                    f"cache backend {exc.backend}{whose} breaks the groundswell.Cache protocol: "
-                    f"{exc.reason}",
-                    plugin=plugin,
-                )
-            elif exc.timed_out or cause is None:
-                failed = TimeoutError(str(exc))
-            else:
-                cause.add_note(f"from cache backend {exc.backend}, clearing {prefix!r}")
-                failed = cause  # the backend's own error, as before deadlines
-            continue
-        tool = prefix[len("tool.") : -1]
-        _tool_stats.setdefault(tool, {"hits": 0, "misses": 0, "invalidations": 0})[
-            "invalidations"
-        ] += 1
-    if failed is not None:
-        raise failed
-    return removed
-
-
-def tool_cache_stats() -> dict[str, dict[str, int]]:
-    """Per tool: cache hits, misses and invalidations in this process."""
-    return {tool: dict(counts) for tool, counts in _tool_stats.items()}

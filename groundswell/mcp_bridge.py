@@ -3,9 +3,10 @@
 `MCPBridge` connects an agent's local servers for one prompt (or takes them
 from an `groundswell.mcp_session.MCPSession`, which keeps them running across
 prompts) and exposes each of their tools as a `groundswell.tools.ToolHandler`
-named ``mcp__<server>__<tool>``. Every server start is an ``mcp_connect`` node;
-a stdio server's stderr goes to that node and to the ``groundswell.mcp``
-logger, never to the terminal. Remote servers (``{"type": "url", ...}``) are
+named ``mcp__<server>__<tool>`` (`groundswell.mcp_tools`). Every server start
+is an ``mcp_connect`` node; a stdio server's stderr goes to that node and to
+the ``groundswell.mcp`` logger at DEBUG, never to the terminal. Start-ups and
+calls have deadlines (`groundswell.mcp_calls`). Remote servers (``{"type": "url", ...}``) are
 kept aside for the API's MCP connector (their request fields, and the
 config checks, are `groundswell.mcp_config`'s, re-exported here).
 `check_mcps` validates ``mcps=`` when an agent or prompt is built.
@@ -17,32 +18,43 @@ import asyncio
 import collections
 import contextlib
 import contextvars
-import hashlib
-import json
 import logging
 import os
 import re
 import threading
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from ._scrub import scrub_argv
 from ._serialize import scrub
 from .errors import ConfigurationError, ToolError
+from .mcp_calls import (
+    STOP_WAIT,
+    CallTimedOut,
+    finish_in_background,
+    process_of,
+    reap,
+    stop,
+    within,
+)
+from .mcp_client import ClientOptions, client_options
 from .mcp_config import (
+    CALL_TIMEOUT,
     CONNECT_TIMEOUT,
     LEGACY_MCP_CLIENT_BETA,
     MCP_CLIENT_BETA,
     check_config_keys,
     check_stdio,
     check_toolsets,
+    default_call_timeout,
     register_mcp_secrets,
     remote_request,
 )
+from .mcp_tools import MCPTool, call_mcp_tool, call_record, mcp_tool_name
 from .run_context import current_frame
 from .settings_check import check_api_item
-from .tools import ToolContext, ToolFailed
+from .tools import ToolFailed
 from .tree import EventNode, EventTree, NodeStatus, NodeType
 
 __all__ = [
@@ -65,33 +77,6 @@ logger = logging.getLogger("groundswell.mcp")
 _STDERR_LINES = 20
 
 
-@dataclass
-class _MCPTool:
-    """A tool of a connected MCP server, named ``mcp__<server>__<tool>``."""
-
-    name: str
-    server: str
-    remote_name: str
-    description: str
-    input_schema: dict[str, Any]
-    call: Callable[[str, dict[str, Any]], Awaitable[Any]]
-    node_type: NodeType = NodeType.MCP_CALL
-    toolset: str | None = None
-
-    def definition(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "description": self.description,
-            "input_schema": self.input_schema,
-        }
-
-    async def invoke(self, arguments: dict[str, Any], context: ToolContext) -> Any:
-        text, failed = await call_mcp_tool(self, arguments)
-        if failed:  # the server's own error text is what the model sees
-            raise ToolFailed(text)
-        return text
-
-
 @dataclass(frozen=True)
 class LocalServer:
     """A local MCP server of a prompt: its name, what to connect to, and its start-up time limit.
@@ -105,6 +90,10 @@ class LocalServer:
     target: Any = field(repr=False)
     timeout: float
     key: tuple[Any, ...] = field(repr=False)
+    #: What the client offers the server (elicitation, sampling, roots): `groundswell.mcp_client`.
+    client: ClientOptions = field(default_factory=ClientOptions, repr=False, compare=False)
+    #: Seconds one tool call may take (config key ``call_timeout``).
+    call_timeout: float = field(default=CALL_TIMEOUT, compare=False)
 
     @property
     def transport(self) -> str:
@@ -131,7 +120,8 @@ class _Stderr:
                 line = scrub(raw.decode("utf-8", errors="replace").rstrip())
                 if line:
                     self.lines.append(line)
-                    logger.info("MCP server %r: %s", self.server, line)
+                    # DEBUG: a server's chatter is never shown unless asked for.
+                    logger.debug("MCP server %r: %s", self.server, line)
 
     def release(self) -> None:
         """Close this process's copy of the pipe (once the subprocess holds its own)."""
@@ -161,7 +151,14 @@ class MCPConnection:
         self._ready.add_done_callback(lambda f: f.cancelled() or f.exception())
         self._closing = asyncio.Event()
         self._stderr = _Stderr(server.name) if server.transport == "stdio" else None
+        self._deadline = loop.time() + server.timeout  # `wait` keeps it, whatever the start does
+        # The stdio client, and its subprocess: a server that leaves a call unanswered
+        # (`_abandoned`) is stopped by signal rather than waited for (`groundswell.mcp_calls`).
+        self._transport: Any = None
+        self._process: Any = None
+        self._abandoned = False
         self._task = loop.create_task(self._serve(), context=contextvars.Context())
+        self._task.add_done_callback(lambda _: reap(self._process))
 
     @property
     def stderr(self) -> list[str]:
@@ -177,7 +174,8 @@ class MCPConnection:
         return not ready.done() or (not ready.cancelled() and ready.exception() is None)
 
     async def _serve(self) -> None:
-        from mcp import Client
+        from .mcp_capabilities import client_for
+        from .mcp_resources import list_tools
 
         server, errlog = self.server, self._stderr
         try:
@@ -189,12 +187,15 @@ class MCPConnection:
                             from mcp.client.stdio import stdio_client
 
                             target: Any = stdio_client(server.target, errlog=errlog.file)
+                            self._transport = target
                         else:
                             target = server.target
-                        client = await stack.enter_async_context(Client(target))
+                        client = await stack.enter_async_context(
+                            client_for(target, server.name, server.client)
+                        )
                         if errlog is not None:
                             errlog.release()
-                        listed = await client.list_tools()
+                        listed = await list_tools(client)  # its resources and prompts too
                 except asyncio.CancelledError:
                     raise
                 except BaseException as exc:
@@ -221,7 +222,15 @@ class MCPConnection:
     def _start_error(self, exc: BaseException) -> ToolError:
         server, cause = self.server, _leaf(exc)
         if isinstance(cause, TimeoutError):
-            message = f"MCP server {server.name!r} did not answer within {server.timeout}s"
+            fix = (
+                f"raise 'timeout' (seconds) in the config of MCP server {server.name!r}"
+                if server.transport == "stdio"
+                else "make the server's start (its lifespan) quicker"
+            )
+            message = (
+                f"MCP server {server.name!r} did not answer within {server.timeout}s; "
+                f"if it needs longer to start, {fix}"
+            )
         else:
             message = f"MCP server {server.name!r} failed to start: {type(cause).__name__}: {cause}"
         if self.stderr:
@@ -230,11 +239,17 @@ class MCPConnection:
         error.__cause__ = exc
         return error
 
-    async def call_tool(self, name: str, arguments: dict[str, Any]) -> Any:
-        """Call a tool of the server; a server found stopped is closed, for a later start."""
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], timeout: float | None = None
+    ) -> Any:
+        """Call a tool of the server within ``timeout`` seconds (`CallTimedOut` past them);
+        a server found stopped is closed, for a later start."""
         client, _ = self._ready.result()
         try:
-            return await client.call_tool(name, arguments)
+            return await within(client.call_tool(name, arguments), timeout)
+        except (CallTimedOut, asyncio.CancelledError):
+            self._abandoned = True  # the server may still be at it: stopped at once on close
+            raise
         except Exception as exc:
             if not _connection_lost(exc):
                 raise
@@ -247,19 +262,59 @@ class MCPConnection:
             raise ToolFailed(message) from exc
 
     async def wait(self) -> tuple[Any, Any]:
-        """The connected client and its tool listing (raises `ToolError` if it did not start)."""
-        # Shielded: a prompt that stops waiting does not stop a start others may share.
-        return await asyncio.shield(self._ready)
+        """The connected client and its tool listing (raises `ToolError` if it did not start
+        within the server's ``timeout``)."""
+        # Not cancelled by its waiters: a prompt that stops waiting does not stop a start
+        # others may share. At the deadline the start fails at once (`_give_up`).
+        left = self._deadline - asyncio.get_running_loop().time()
+        done, _ = await asyncio.wait({self._ready}, timeout=max(left, 0.0))
+        if not done:
+            self._give_up()
+            await asyncio.wait({self._task}, timeout=STOP_WAIT)  # its server exits (SIGTERM)
+        ready = await asyncio.shield(self._ready)
+        self._grab_process()
+        return ready
+
+    def _give_up(self) -> None:
+        """The start passed its deadline: it fails now, and its server is stopped behind it
+        (the ``mcp`` client would first wait seconds for it to exit)."""
+        if self._ready.done():
+            return
+        self._abandoned = True
+        self._ready.set_exception(self._start_error(TimeoutError()))
+        self._grab_process()
+        stop(self._process)
+        self._task.cancel()
+
+    def _grab_process(self) -> None:
+        if self._process is None and self._transport is not None:
+            self._process = process_of(self._transport)
 
     async def close(self) -> None:
-        """Stop the server (a stdio one exits) and wait until it has."""
+        """Stop the server (a stdio one exits) and wait until it has.
+
+        A server left with a call unanswered, or still starting, gets SIGTERM at
+        once and `STOP_WAIT` seconds to go; the rest of its shutdown goes on in
+        the background.
+        """
+        self._grab_process()
         self._closing.set()
         if not self._ready.done():
+            self._abandoned = True  # cut short while starting: not worth waiting for either
             self._task.cancel()
         try:
+            if self._abandoned:
+                stop(self._process)
+                await asyncio.wait({self._task}, timeout=STOP_WAIT)
+                if not self._task.done():
+                    finish_in_background(self._task)
+                    return
             await asyncio.shield(self._task)
         except asyncio.CancelledError:
-            if not self._task.done():  # the caller itself was cancelled
+            # The caller itself was cancelled (the task may have ended meanwhile, which must
+            # not swallow that), or the server's task was: that one is ours to absorb.
+            current = asyncio.current_task()
+            if not self._task.done() or (current is not None and current.cancelling() > 0):
                 raise
         except Exception as exc:
             logger.warning("MCP server %r did not close cleanly: %s", self.server.name, exc)
@@ -280,7 +335,7 @@ class MCPBridge:
         self.remote: list[dict[str, Any]] = []
         for item in mcps:
             self._add(item, env)
-        self.tools: list[_MCPTool] = []
+        self.tools: list[MCPTool] = []
         self.session = session
         self._owned: list[MCPConnection] = []
         self._held: Any = None  # the session while this bridge uses its servers
@@ -291,7 +346,13 @@ class MCPBridge:
 
         if isinstance(item, MCPServer):
             self.local.append(
-                LocalServer(_server_name(item.name), item, CONNECT_TIMEOUT, ("in_process", item))
+                LocalServer(
+                    _server_name(item.name),
+                    item,
+                    CONNECT_TIMEOUT,
+                    ("in_process", item),
+                    call_timeout=default_call_timeout(),
+                )
             )
             return
         if not isinstance(item, Mapping):
@@ -317,6 +378,7 @@ class MCPBridge:
             check_config_keys(name, kind, item)
         if kind == "stdio":
             check_stdio(name, item)
+            options = client_options(name, item)
             params = StdioServerParameters(
                 command=item["command"],
                 args=list(item.get("args", [])),
@@ -326,8 +388,9 @@ class MCPBridge:
                 cwd=os.fspath(item["cwd"]) if item.get("cwd") is not None else None,
             )
             timeout = float(item.get("timeout", CONNECT_TIMEOUT))
-            key = ("stdio", params.model_dump_json())
-            self.local.append(LocalServer(_server_name(name), params, timeout, key))
+            calls = float(item.get("call_timeout") or default_call_timeout())
+            key = ("stdio", params.model_dump_json(), options.key)
+            self.local.append(LocalServer(_server_name(name), params, timeout, key, options, calls))
         elif kind == "url":
             if not item.get("url"):
                 raise ConfigurationError(f"remote MCP server {name!r} needs a 'url'")
@@ -386,21 +449,27 @@ class MCPBridge:
                     session.forget(connection)
                 failure = failure or outcome
                 continue
-            _, listed = outcome
-            names = [_mcp_tool_name(server.name, tool.name) for tool in listed.tools]
+            client, listed = outcome
+            if tree is not None and node is not None:  # where what no one call owns is recorded
+                client.link.connect = (tree, node)
+            names = [mcp_tool_name(server.name, tool.name) for tool in listed.tools]
             output: dict[str, Any] = {"tools": names}
             if connection.stderr:
                 output["stderr"] = connection.stderr
             _end_connect(tree, node, output)
             for tool, name in zip(listed.tools, names, strict=True):
                 self.tools.append(
-                    _MCPTool(
+                    MCPTool(
                         name=name,
                         server=server.name,
                         remote_name=tool.name,
                         description=tool.description or tool.name,
                         input_schema=dict(tool.input_schema),
                         call=connection.call_tool,
+                        call_timeout=server.call_timeout,
+                        mcp=call_record(
+                            server.name, tool.name, server.transport, server.call_timeout, client
+                        ),
                     )
                 )
         if failure is not None:
@@ -469,27 +538,6 @@ def _leaf(exc: BaseException) -> BaseException:
     return exc
 
 
-def _mcp_tool_name(server: str, tool: str) -> str:
-    """``mcp__<server>__<tool>``, made valid for the API (letters, digits, _ and -; 64 max)."""
-    name = f"mcp__{server}__{re.sub(r'[^a-zA-Z0-9_-]', '_', tool)}"
-    if len(name) > 64:
-        digest = hashlib.sha256(name.encode()).hexdigest()[:8]
-        name = f"{name[:55]}_{digest}"
-    return name
-
-
 def _server_name(name: str) -> str:
     cleaned = re.sub(r"[^a-zA-Z0-9_-]", "_", name)
     return cleaned or "server"
-
-
-async def call_mcp_tool(tool: _MCPTool, arguments: dict[str, Any]) -> tuple[str, bool]:
-    """Call an MCP tool; returns (text content, is_error)."""
-    result = await tool.call(tool.remote_name, arguments)
-    parts: list[str] = []
-    for block in result.content:
-        text = getattr(block, "text", None)
-        parts.append(text if isinstance(text, str) else block.model_dump_json())
-    if not parts and result.structured_content is not None:
-        parts.append(json.dumps(result.structured_content))
-    return "\n".join(parts), bool(result.is_error)

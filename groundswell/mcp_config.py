@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import math
 import os
 import shutil
 from collections.abc import Iterable, Mapping, Sequence
@@ -20,20 +21,27 @@ from typing import Any
 from ._scrub import argv_secrets
 from ._serialize import register_secret
 from .errors import ConfigurationError
+from .mcp_client import CLIENT_KEYS
 
 __all__ = [
+    "CALL_TIMEOUT",
     "CONNECT_TIMEOUT",
     "LEGACY_MCP_CLIENT_BETA",
     "MCP_CLIENT_BETA",
     "check_config_keys",
     "check_stdio",
     "check_toolsets",
+    "default_call_timeout",
     "register_mcp_secrets",
     "remote_request",
 ]
 
 # Seconds a local MCP server gets to start and list its tools (config key "timeout").
 CONNECT_TIMEOUT = 30.0
+#: Seconds one call to a local MCP server's tool may take (config key "call_timeout");
+#: ``GROUNDSWELL_MCP_CALL_TIMEOUT`` changes it for every server that sets none.
+CALL_TIMEOUT = 60.0
+CALL_TIMEOUT_ENV = "GROUNDSWELL_MCP_CALL_TIMEOUT"
 #: The MCP-client beta remote servers are sent with (``mcp_servers`` plus an
 #: ``mcp_toolset`` entry in ``tools`` for each), unless ``betas`` names another.
 MCP_CLIENT_BETA = "mcp-client-2025-11-20"
@@ -120,7 +128,10 @@ def _mcp_beta(betas: Sequence[str] | None) -> str | None:
 
 
 # The keys of a stdio server config: what `MCPBridge` reads (a remote server's are the SDK's).
-_STDIO_KEYS = frozenset({"type", "name", "command", "args", "env", "cwd", "timeout"})
+_STDIO_KEYS = frozenset(
+    {"type", "name", "command", "args", "env", "cwd", "timeout", "call_timeout"}
+    | CLIENT_KEYS  # what the client offers the server (elicitation, sampling, roots)
+)
 # Spellings difflib does not bring close enough to the key meant.
 _ALIASES = {
     "cmd": "command",
@@ -186,7 +197,7 @@ def _key_hint(key: Any, kind: str, known: frozenset[str]) -> str:
 def check_stdio(name: str, item: Mapping[str, Any]) -> None:
     """A stdio MCP server config: ``command`` a string, ``args`` strings, ``env`` string pairs."""
     command, args, env = item.get("command"), item.get("args", []), item.get("env") or {}
-    timeout, cwd = item.get("timeout", CONNECT_TIMEOUT), item.get("cwd")
+    cwd = item.get("cwd")
     if isinstance(command, list | tuple) and command and isinstance(command[0], str):
         # Only the program is shown: arguments may hold a token.
         raise ConfigurationError(
@@ -209,14 +220,37 @@ def check_stdio(name: str, item: Mapping[str, Any]) -> None:
         isinstance(k, str) and isinstance(v, str) for k, v in env.items()
     ):
         raise ConfigurationError(f"stdio MCP server {name!r}: 'env' must map strings to strings")
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
-        raise ConfigurationError(
-            f"stdio MCP server {name!r}: 'timeout' must be seconds > 0, got {timeout!r:.40}"
-        )
+    for key in ("timeout", "call_timeout"):
+        value = item.get(key, CONNECT_TIMEOUT)
+        if not _seconds(value):
+            raise ConfigurationError(
+                f"stdio MCP server {name!r}: {key!r} must be seconds > 0, got {value!r:.40}"
+            )
     if cwd is not None and not isinstance(cwd, str | os.PathLike):
         raise ConfigurationError(
             f"stdio MCP server {name!r}: 'cwd' must be a directory path, got {type(cwd).__name__}"
         )
+
+
+def _seconds(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int | float) and value > 0
+
+
+def default_call_timeout() -> float:
+    """`CALL_TIMEOUT`, or ``GROUNDSWELL_MCP_CALL_TIMEOUT`` (seconds) when it is set.
+
+    Raises `ConfigurationError` for a value that is not seconds > 0.
+    """
+    raw = os.environ.get(CALL_TIMEOUT_ENV, "").strip()
+    if not raw:
+        return CALL_TIMEOUT
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not _seconds(value):
+        raise ConfigurationError(f"{CALL_TIMEOUT_ENV} must be seconds > 0, got {raw!r:.40}")
+    return value
 
 
 def _program_of(command: str, path: Any) -> str | None:

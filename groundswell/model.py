@@ -90,10 +90,13 @@ def build_request(
     # One lookup per field (this runs for every model turn), and no extra_body
     # dict unless something goes in it.
     get = settings.get
-    for name in _passthrough or _load_passthrough():
-        value = get(name)
-        if value is not None:
-            params[name] = value
+    names = _passthrough or _load_passthrough()
+    # Read in C (map), and walked in Python only when one of them is set.
+    values = tuple(map(get, names))
+    if values.count(None) != len(values):
+        for name, value in zip(names, values, strict=True):
+            if value is not None:
+                params[name] = value
     value = get("extra_headers")
     if value is not None:
         params["extra_headers"] = value

@@ -495,6 +495,9 @@ def label_parts(node: EventNode) -> list[tuple[str, str]]:
             parts.append((usd(cost), "green"))
         elif cost is None:  # a model without a known price (groundswell.set_prices)
             parts.append(("$?", "dim"))
+    budget = metrics.get("budget")
+    if isinstance(budget, dict) and node.type is NodeType.PROMPT:
+        parts.extend(budget_gauge(budget))
     before, after = metrics.get("tokens_before"), metrics.get("tokens_after")
     if isinstance(before, int):
         shrunk = f"{before}→{after} tok" if isinstance(after, int) else f"{before} tok"
@@ -513,6 +516,30 @@ def label_parts(node: EventNode) -> list[tuple[str, str]]:
     # Names, messages and metrics may come from anywhere (a file, a model): a label
     # stays one line of plain text, whatever control characters they hold.
     return [(printable(text), style) for text, style in parts]
+
+
+_CELLS = 10
+_GAUGE = {
+    "ok": ("", "green"),
+    "warning": (" ⚠ near the limit", "yellow"),
+    "over": (" ⚠ over the limit", "bold red"),
+}
+
+
+def budget_gauge(stats: dict[str, Any]) -> list[tuple[str, str]]:
+    """A prompt's ``metrics["budget"]`` as a label gauge: its peak input against the limit,
+    ``budget ████████░░ 82% (8,200/10,000 tok) ⚠ near the limit``."""
+    peak, limit = stats.get("peak_tokens"), stats.get("limit")
+    if not (_is_number(peak) and _is_number(limit) and limit > 0):
+        return []  # a budget with only max_usd, or a file written by something else
+    threshold = stats.get("threshold")
+    share = peak / limit
+    warn = threshold if _is_number(threshold) else 0.8
+    state = "over" if share > 1 else "warning" if share >= warn else "ok"
+    filled = min(_CELLS, round(share * _CELLS))
+    note, style = _GAUGE[state]
+    bar = "█" * filled + "░" * (_CELLS - filled)
+    return [(f"budget {bar} {share:.0%} ({peak:,}/{limit:,} tok){note}", style)]
 
 
 def usd(amount: float) -> str:

@@ -334,7 +334,7 @@ class PluginManager:
         hook's name (``"register_cache_backends"``). An unknown name raises
         `ConfigurationError`, the same for every kind::
 
-            no cache backend named 'x'; available: lru, redis
+            no cache backend named 'x'; available: lru, redis, sqlite
 
         (``available: none installed`` when there are none), followed by what
         may explain it: the plugin of that name turned off by

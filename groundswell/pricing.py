@@ -439,20 +439,27 @@ def add_mounted(tree: Any, root: EventNode) -> None:
 
 def _add_up(tree: Any, node: EventNode, cost: float | None, usage: dict[str, int]) -> None:
     """Add ``cost`` to the prompt, step and workflow nodes above ``node``, and ``usage``
-    to the steps and workflows (a prompt's own usage is its attempt's); under `_lock`."""
+    (our own counts: ints only) to the steps and workflows; under `_lock`."""
     parent_id = node.parent_id
+    get_node = tree.get_node
+    prompt = NodeType.PROMPT
     while parent_id is not None:
-        above = tree.get_node(parent_id)
-        if above.type in _SUMMED:
+        above = get_node(parent_id)
+        kind = above.type
+        if kind in _SUMMED:
             metrics = above.metrics
             sofar = metrics.get("cost_usd", 0.0)
             metrics["cost_usd"] = None if sofar is None or cost is None else sofar + cost
-            if usage and above.type is not NodeType.PROMPT:
+            if usage and kind is not prompt:
                 summed = metrics.get("usage")
-                if not isinstance(summed, dict):
+                if type(summed) is not dict:
                     summed = metrics["usage"] = {}
-                _count(summed, usage)
-                cache_share(metrics, summed)
+                # A plain loop, no checks: these are the counts `_count` or the loop made.
+                for name, value in usage.items():
+                    if value:  # most calls read and write no cache: two keys fewer to add
+                        summed[name] = summed.get(name, 0) + value
+                if summed.get("cache_read_input_tokens"):  # else the share is 0: left out
+                    cache_share(metrics, summed)
         parent_id = above.parent_id
 
 

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from typing import Unpack
 
 from ._canonical import canonical_json
-from .budget import TokenBudget, check_budget
+from .budget import TokenBudget, check_budget, check_retention
 from .cache import Cache
 from .claude_hooks import check_hooks
 from .errors import ConfigurationError
@@ -34,7 +34,8 @@ from .request_settings import (
     takes_request_fields,
 )
 from .settings_check import check_api_field, check_flag, check_settings
-from .tools import check_skills, check_tools
+from .skills import check_skills
+from .tools import check_context_ttl, check_tools
 
 __all__ = [
     "Prompt",
@@ -262,7 +263,7 @@ class PromptOverrides(RequestSettings):
     ``continue_on_max_tokens``, ``max_retry_wait``), plus ``system``,
     ``tools``, ``mcps``,
     ``skills``, ``hooks``, ``env``, ``max_turns``, ``token_budget`` (a
-    `TokenBudget`), ``cache`` (a backend name or
+    `TokenBudget`), ``context_ttl``, ``context_retention``, ``cache`` (a backend name or
     `Cache`), ``disable_cache``, ``enable_reflection``,
     ``reflection`` (a `ReflectionConfig`) and ``middleware`` (registered
     names or `Middleware` instances added to the agent's for this call).
@@ -276,6 +277,8 @@ class PromptOverrides(RequestSettings):
     env: Mapping[str, str] | None = None
     max_turns: int | None = None
     token_budget: TokenBudget | None = None
+    context_ttl: int | None = None
+    context_retention: str | None = None
     cache: Any = None
     disable_cache: bool | None = None
     enable_reflection: bool | None = None
@@ -312,6 +315,8 @@ class PromptOverrides(RequestSettings):
                 f"got {type(self.reflection).__name__}"
             )
         check_budget(self.token_budget, owner)
+        check_context_ttl(self.context_ttl, owner)
+        check_retention(self.context_retention, owner)
         check_cache_name(self.cache, owner)
 
     def __repr__(self) -> str:

@@ -1,8 +1,10 @@
-"""Tools an agent can call: Python callables, provider toolsets, skills, MCP servers.
+"""Tools an agent can call: Python callables and provider toolsets.
 
 Every tool ends up as an Anthropic tool definition (``name``, ``description``,
 ``input_schema``) plus a handler. Anthropic tool dicts without a handler
-(server tools such as web search) pass through to the API unchanged.
+(server tools such as web search) pass through to the API unchanged. Local
+skills live in `groundswell.skills` (``Skill`` is still importable from here)
+and MCP servers in `groundswell.mcp_bridge`.
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ import dis
 import inspect
 import json
 import math
-import os
 import re
 import signal
 import sys
@@ -22,7 +23,6 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, get_type_hints
 
 import pydantic
@@ -34,6 +34,9 @@ from .plugins import get_plugin_manager
 from .settings_check import check_api_item
 from .tree import NodeType
 
+if TYPE_CHECKING:
+    from .skills import Skill
+
 __all__ = [
     "Skill",
     "Tool",
@@ -41,7 +44,7 @@ __all__ = [
     "ToolFailed",
     "ToolHandler",
     "check_cache_policy",
-    "check_skills",
+    "check_context_ttl",
     "check_timeout",
     "check_tools",
     "is_interrupt",
@@ -51,6 +54,17 @@ __all__ = [
 ]
 
 _NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+
+
+def __getattr__(name: str) -> Any:
+    # ``Skill`` was public here before it moved to groundswell.skills; imported on
+    # first use because groundswell.skills imports this module.
+    if name == "Skill":
+        from .skills import Skill
+
+        return Skill
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 #: The type of a prompt's ``deps`` as a tool sees it (``ToolContext[Shop]``); ``Any`` when bare.
 if TYPE_CHECKING or sys.version_info >= (3, 13):
@@ -104,6 +118,18 @@ def check_timeout(value: Any, owner: str) -> float | None:
             f"{owner}: timeout must be a number of seconds > 0 (or None), got {value!r}"
         )
     return float(value)
+
+
+def check_context_ttl(value: Any, owner: str) -> int | None:
+    """``context_ttl``: model turns a tool result stays in the conversation (``None``: always)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigurationError(
+            f"{owner}: context_ttl must be a number of model turns >= 1 (or None to keep "
+            f"results for the whole prompt), got {value!r:.40}"
+        )
+    return value
 
 
 def check_cache_policy(policy: Any, owner: str) -> ToolCachePolicy | None:
@@ -300,7 +326,9 @@ class Tool:
     in by the agent and left out of the schema. Sync functions run in a worker thread.
     ``timeout`` (seconds) bounds one call: a call over it is an ``is_error``
     result for the model (a sync function's thread cannot be stopped and
-    finishes in the background).
+    finishes in the background). ``context_ttl`` (model turns) replaces the
+    tool's results in the conversation with a short note once the model has
+    seen them that many times (``None``: the agent's ``context_ttl``, if any).
     """
 
     node_type = NodeType.TOOL_CALL
@@ -315,6 +343,7 @@ class Tool:
         cache: Any = None,
         toolset: str | None = None,
         timeout: float | None = None,
+        context_ttl: int | None = None,
     ) -> None:
         if not callable(fn):
             raise ToolError(f"a tool needs a callable, got {type(fn).__name__}")
@@ -341,6 +370,8 @@ class Tool:
         self.toolset = toolset
         #: Seconds one call may take (``None``: the agent's ``tool_timeout``, if any).
         self.timeout = check_timeout(timeout, label)
+        #: Model turns its results stay in the conversation (``None``: the agent's ``context_ttl``).
+        self.context_ttl = check_context_ttl(context_ttl, label)
         self.name: str = name or str(getattr(fn, "__name__", ""))
         if not _NAME.match(self.name):
             raise ToolError(
@@ -492,80 +523,3 @@ def tool_result_content(value: Any) -> str | list[dict[str, Any]]:
         return json.dumps(value, default=str, ensure_ascii=False)
     except (TypeError, ValueError):
         return repr(value)
-
-
-class Skill:
-    """A local skill folder with a ``SKILL.md`` (YAML front matter: name, description).
-
-    Its name and description go into the system prompt; the agent gets a
-    ``read_skill`` tool that returns the body.
-    """
-
-    def __init__(self, path: str | os.PathLike[str]) -> None:
-        folder = Path(path)
-        file = folder / "SKILL.md" if folder.is_dir() else folder
-        if not file.is_file():
-            raise ConfigurationError(f"Skill({str(path)!r}): no SKILL.md found there")
-        text = file.read_text(encoding="utf-8")
-        meta: dict[str, str] = {}
-        body = text
-        if text.startswith("---"):
-            _, front, body = text.split("---", 2)
-            for line in front.strip().splitlines():
-                key, _, value = line.partition(":")
-                meta[key.strip()] = value.strip().strip("'\"")
-        self.path = file
-        self.name = meta.get("name") or file.parent.name
-        self.description = meta.get("description", "")
-        self.body = body.strip()
-
-    def __repr__(self) -> str:
-        return f"Skill({self.name!r})"
-
-
-def skills_tool(skills: Sequence[Skill]) -> Tool:
-    """The ``read_skill`` tool serving the bodies of local skills."""
-    by_name = {s.name: s for s in skills}
-
-    def read_skill(name: str) -> str:
-        """Read the full instructions of one of your skills.
-
-        Args:
-            name: The skill's name, as listed in your instructions.
-        """
-        skill = by_name.get(name)
-        if skill is None:
-            raise ToolError(f"no skill named {name!r}; available: {sorted(by_name)}")
-        return skill.body
-
-    return Tool(read_skill)
-
-
-def skills_system_text(skills: Sequence[Skill]) -> str:
-    """The system-prompt section that tells the model which local skills it has."""
-    lines = [f"- {s.name}: {s.description}" for s in skills]
-    return (
-        "You have these skills. Call the read_skill tool with a skill's name to read "
-        "its full instructions before using it:\n" + "\n".join(lines)
-    )
-
-
-def check_skills(items: Any, owner: str) -> list[Any]:
-    """``skills=`` as a list: `Skill` folders, or API skill dicts the SDK's types accept."""
-    if items is None:
-        return []
-    if isinstance(items, str | bytes | Mapping) or not isinstance(items, Sequence):
-        raise ConfigurationError(
-            f"{owner}: skills must be a list of groundswell.Skill or API skill dicts, "
-            f"got {type(items).__name__}"
-        )
-    for i, item in enumerate(items):
-        if isinstance(item, Mapping):
-            check_api_item("container.skills", item, owner, f"skills[{i}]")
-        elif not isinstance(item, Skill):
-            raise ConfigurationError(
-                f"{owner}: skills[{i}] must be a groundswell.Skill(path) or an API skill dict "
-                f"{{'type': 'anthropic', 'skill_id': ..., 'version': ...}}, "
-                f"got {type(item).__name__}"
-            )
-    return list(items)

@@ -106,7 +106,7 @@ class WorkflowContext:
         self._last_state: Any = {}
         self.cache: Any = workflow.cache
         #: Reflection settings and history of this run (see `ReflectionAPI`).
-        self.reflection = ReflectionAPI(workflow.reflection, node.id)
+        self.reflection = ReflectionAPI(workflow.reflection, node.id, self)
         # Steps made (``ctx.step(...)`` called) but not started yet, by a key of their
         # own: one still here when the workflow returns was never awaited.
         self._unstarted: dict[int, Coroutine[Any, Any, Any]] = {}
@@ -226,11 +226,7 @@ class WorkflowContext:
             # Mount under what is running now (a step inside a step nests), unless the
             # context was carried somewhere foreign, in which case use the workflow node.
             parent = frame.node if frame is not None and frame.tree is tree else self.node
-            config = (
-                self.reflection.config
-                if reflection is None
-                else resolve_config(reflection, owner=f"step {name!r}")
-            )
+            config = self.reflection.for_step(reflection, name)
             if config is None or config.max_attempts == 1:
                 return await self._attempt(name, fn, timeout, parent, None)
             if not callable(fn):
@@ -242,7 +238,6 @@ class WorkflowContext:
                 config=config,
                 ctx=self,
                 failed_nodes=failed,
-                agent=self.workflow.reflection_agent,
             )
         finally:
             if token is not None:
@@ -401,8 +396,9 @@ class Workflow(Generic[P, T]):
     ``cache`` picks the cache backend for agents inside that enable caching
     without naming one. ``enable_reflection=True`` (or ``reflection=
     ReflectionConfig(...)``) reflects on failed steps and runs them again;
-    ``reflection_agent`` is the agent the ``llm`` strategy asks (without one,
-    the ``feedback`` strategy is used). ``token_budget`` (a
+    the ``llm`` strategy asks ``reflection_agent`` when given, else the model of
+    the agent behind the failure (``GROUNDSWELL_WORKFLOW_REFLECTION=0`` switches
+    this off process-wide). ``token_budget`` (a
     `TokenBudget`) applies to agent prompts in the run that
     set no budget of their own; its ``per_step`` entries to those in named steps.
     ``durable=True`` runs it on the durable execution backend (``dbos``, from
@@ -452,7 +448,7 @@ class Workflow(Generic[P, T]):
                 f"{label}: reflection_agent must be a groundswell.Agent, "
                 f"got {type(reflection_agent).__name__}"
             )
-        #: The agent the ``llm`` strategy asks about failed steps (else ``feedback`` is used).
+        #: The agent the ``llm`` strategy asks about failed steps (else the failing agent's model).
         self.reflection_agent = reflection_agent
         #: The token budget for agent prompts in this run that set none of their own.
         self.token_budget = check_budget(token_budget, label)

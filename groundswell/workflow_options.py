@@ -20,7 +20,7 @@ class WorkflowOptions(TypedDict, total=False):
     enable_reflection: bool
     #: Reflection settings for failed steps; wins over ``enable_reflection``.
     reflection: ReflectionConfig | None
-    #: The agent the ``llm`` reflection strategy asks (else ``feedback`` is used).
+    #: The agent the ``llm`` reflection strategy asks (else the failing agent's model).
     reflection_agent: Any
     #: The budget for agent prompts in the run that set none of their own.
     token_budget: TokenBudget | None

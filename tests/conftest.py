@@ -2,22 +2,12 @@
 
 from __future__ import annotations
 
-import os
-
-os.environ.setdefault("GROUNDSWELL_STRICT_PLUGINS", "1")
-
 import atexit
-import shutil
-import tempfile
-
-# What the suite stores by default (history database, API secret, durable-run files) goes
-# to a folder of this test process's own, never into the user's ~/.groundswell.
-_SUITE_HOME = tempfile.mkdtemp(prefix="groundswell-tests-")
-os.environ["GROUNDSWELL_HOME"] = _SUITE_HOME
-atexit.register(shutil.rmtree, _SUITE_HOME, ignore_errors=True)
-
 import importlib
+import os
+import shutil
 import sys
+import tempfile
 import textwrap
 import threading
 from collections.abc import Callable, Iterator
@@ -26,8 +16,16 @@ from typing import Any
 
 import pytest
 
+os.environ.setdefault("GROUNDSWELL_STRICT_PLUGINS", "1")
+# What the suite stores by default (history database, API secret, durable-run files) goes
+# to a folder of this test process's own, never into the user's ~/.groundswell.
+os.environ["GROUNDSWELL_HOME"] = tempfile.mkdtemp(prefix="groundswell-tests-")
+
 import groundswell
 from groundswell import Event, EventSink, hookimpl
+
+_SUITE_HOME = os.environ["GROUNDSWELL_HOME"]
+atexit.register(shutil.rmtree, _SUITE_HOME, ignore_errors=True)
 
 # tests/data holds projects with test files of their own; they run in subprocesses.
 collect_ignore_glob = ["data/*"]

@@ -212,7 +212,7 @@ async def test_pre_tool_use_hook_can_deny_and_rewrite_input() -> None:
     denied, rewritten = fake.requests[1].tool_results()
     assert denied["is_error"] and "no devil numbers" in denied["content"]
     assert rewritten["content"] == "101"
-    assert result.node.children[2].events[0]["type"] == "input_rewritten"
+    assert [e["type"] for e in result.node.children[2].events] == ["hook_output", "input_rewritten"]
 
 
 async def test_hook_matchers_filter_by_tool_name_regex() -> None:

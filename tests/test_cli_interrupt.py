@@ -125,7 +125,7 @@ def test_ctrl_c_during_a_model_call_cancels_the_run_its_trace_and_its_session(
     (trace,) = traces.glob("*.jsonl")  # the JSONL sink's own trace of the run
     assert statuses(EventTree.load(trace)) == expected
     with HistoryStore(f"sqlite:///{project / 'history.db'}") as store:
-        assert [s.status for s in store.sessions("thinker")] == ["cancelled"]
+        assert [s.status for s in store.sessions("thinker")] == ["terminated"]
 
 
 @pytest.mark.parametrize("output", ["tree", "json", "jsonl"])

@@ -226,7 +226,9 @@ async def test_tools_mcp_hooks_and_skills_example_runs_every_kind_of_tool() -> N
     assert "one bullet per ticket" in str(skill.payload["output"])
     (publish,) = result.tree.find(type="tool_call", name="publish")
     assert publish.error is not None and "dry run" in publish.error["message"]
-    assert "publish" not in example.audit and example.audit[0] == "read_skill"
+    # The first turn's two calls run side by side: their hooks may see them in either order.
+    assert "publish" not in example.audit
+    assert sorted(example.audit[:2]) == ["git_log", "read_skill"]
 
 
 CALLS_THE_API = sorted(

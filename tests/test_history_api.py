@@ -97,19 +97,30 @@ def test_an_agent_reads_its_sessions_ranked(api: httpx2.Client, history_store: A
     assert body["agent_id"] == "alice"
     assert body["query"] == {
         "task_signature": sig,
+        "title": None,
+        "category": None,
+        "file_patterns": [],
         "limit": 10,
         "min_relevance": 0.5,
         "include_iterations": False,
-        "include_failures": True,
+        "include_failures": False,
+        "include_running": False,
     }
-    # exact+completed (0.97) > exact+failed today (0.8); with no match, completed
-    # hours ago (0.49) and 50 days ago (0.2) fall under min_relevance.
-    assert [s["id"] for s in body["sessions"]] == ["exact", "exact-failed"]
-    assert body["count"] == 2
+    # Completed sessions only by default; with no match, completed hours ago
+    # (0.49) and 50 days ago (0.2) fall under min_relevance.
+    assert [s["session_id"] for s in body["sessions"]] == ["exact"]
+    assert body["count"] == 1
     first = body["sessions"][0]
-    assert first["relevance"] == pytest.approx(0.5 + 0.3 * 2.718281828**-0.1 + 0.2, abs=1e-3)
-    assert first["output_summary"] == "answer of exact" and "iterations" not in first
+    assert first["relevance_score"] == pytest.approx(0.5 + 0.3 * 2.718281828**-0.1 + 0.2, abs=1e-3)
+    assert first["summary"] == "answer of exact" and "iterations" not in first
     assert "BOB'S" not in found.text
+    # exact+completed (0.97) > exact+failed today (0.8), when failures are asked for.
+    with_failures = api.get(
+        "/api/introspection/alice",
+        params={"task_signature": sig, "include_failures": "true"},
+        headers=auth("alice"),
+    ).json()
+    assert [s["session_id"] for s in with_failures["sessions"]] == ["exact", "exact-failed"]
 
     narrowed = api.get(
         "/api/introspection/alice",
@@ -123,12 +134,15 @@ def test_an_agent_reads_its_sessions_ranked(api: httpx2.Client, history_store: A
         headers=auth("alice"),
     ).json()
     (only,) = narrowed["sessions"]
-    assert only["id"] == "exact" and only["iterations"][0]["output_summary"] == "thinking"
+    assert only["session_id"] == "exact"
+    assert only["iterations"][0]["output_summary"] == "thinking"
     without_task = api.get(
-        "/api/introspection/alice", params={"min_relevance": 0}, headers=auth("alice")
+        "/api/introspection/alice",
+        params={"min_relevance": 0, "include_failures": "true"},
+        headers=auth("alice"),
     ).json()
     assert without_task["count"] == 4
-    assert [s["id"] for s in without_task["sessions"]] == [
+    assert [s["session_id"] for s in without_task["sessions"]] == [
         "plain-new",  # 0.49: recency and outcome only
         "exact",  # 0.47
         "exact-failed",  # 0.30
@@ -141,7 +155,8 @@ def test_tokens_decide_who_may_read(api: httpx2.Client, history_store: Any) -> N
     other = api.get("/api/introspection/bob", headers=auth("alice"))
     assert other.status_code == 403
     assert other.json()["detail"] == (
-        "this token belongs to agent 'alice'; an agent can read only its own sessions"
+        "this token belongs to agent 'alice'; an agent can read only its own sessions "
+        "(to see every agent's, use an operator token: `groundswell history token --operator`)"
     )
     assert "BOB'S" not in other.text
     missing = api.get("/api/introspection/alice")
@@ -156,12 +171,14 @@ def test_tokens_decide_who_may_read(api: httpx2.Client, history_store: Any) -> N
         == 401
     )
     other_server = issue_token("alice", b"some-other-servers-secret")
-    assert (
-        api.get(
-            "/api/introspection/alice", headers={"Authorization": f"Bearer {other_server}"}
-        ).status_code
-        == 401
+    unsigned = api.get(
+        "/api/introspection/alice", headers={"Authorization": f"Bearer {other_server}"}
     )
+    assert unsigned.status_code == 401
+    # The likely cause is named: the server and the `token` command see different secrets.
+    assert "different secrets" in unsigned.json()["message"]
+    assert "GROUNDSWELL_HISTORY_SECRET" in unsigned.json()["message"]
+    assert "GROUNDSWELL_HOME" in unsigned.json()["message"]
     basic = api.get("/api/introspection/alice", headers={"Authorization": "Basic YTpi"})
     assert basic.status_code == 401
     assert basic.json()["message"] == (
@@ -210,7 +227,7 @@ def test_every_query_is_logged_and_emitted(
         assert groundswell.flush_sinks()
     logged = [r.getMessage() for r in caplog.records if r.name == "groundswell.history.api"]
     assert len(logged) == 3
-    assert "'status': 200" in logged[0] and "'count': 2" in logged[0]
+    assert "'status': 200" in logged[0] and "'count': 1" in logged[0]
     assert "'status': 403" in logged[1] and "'caller': 'alice'" in logged[1]
     events = [
         e.data["event"]
@@ -223,7 +240,7 @@ def test_every_query_is_logged_and_emitted(
     runs = {e.run_id for e in recording_sink.events if e.kind == "node_event"}
     starts = [e for e in recording_sink.events if e.kind == "node_start"]
     assert len(runs) == 1 and [e.data["name"] for e in starts] == ["history-api"]
-    assert events[0]["agent_id"] == "alice" and events[0]["count"] == 2
+    assert events[0]["agent_id"] == "alice" and events[0]["count"] == 1
     assert events[0]["query"]["limit"] == 10 and events[0]["ms"] >= 0
     assert all(issue_token("alice", SECRET) not in str(e) for e in events)  # tokens never
 
@@ -245,7 +262,7 @@ async def test_a_real_run_is_visible_through_the_api(
         "/api/introspection/carol", params={"include_iterations": True}, headers=auth("carol")
     ).json()
     (session,) = body["sessions"]
-    assert session["status"] == "completed" and session["output_summary"] == "42"
+    assert session["status"] == "completed" and session["summary"] == "42"
     assert session["metadata"]["user"] == "The answer?"
     assert [i["kind"] for i in session["iterations"]] == ["model_turn"]
 
@@ -261,6 +278,10 @@ def test_the_openapi_schema_is_published(api: httpx2.Client) -> None:
         "min_relevance",
         "include_iterations",
         "include_failures",
+        "include_running",
+        "title",
+        "category",
+        "file_patterns",
     }
     assert {"200", "401", "403", "422"} <= set(operation["responses"])
     assert operation["security"] == [{"HTTPBearer": []}]
@@ -305,7 +326,7 @@ def test_the_cli_issues_tokens_and_serves(tmp_path: Path) -> None:
                 assert time.monotonic() < deadline, "groundswell history serve did not start"
                 time.sleep(0.1)
         assert answer.status_code == 200
-        assert answer.json()["sessions"][0]["output_summary"] == "dave's answer"
+        assert answer.json()["sessions"][0]["summary"] == "dave's answer"
         taken = subprocess.run(
             [*CLI, "history", "serve", "--url", url, "--port", str(port)],
             env=env,
@@ -390,7 +411,7 @@ def test_an_unreachable_store_is_503_and_health_says_so(history_store: Any) -> N
         Server(create_app(history_store, secret=SECRET)) as server,
         httpx2.Client(base_url=server.url, timeout=30) as client,
     ):
-        assert client.get("/api/health").json() == {"status": "ok", "schema_version": 1}
+        assert client.get("/api/health").json() == {"status": "ok", "schema_version": 2}
         # The database goes away while the server runs: point the store at a dead port.
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
@@ -466,3 +487,32 @@ def test_a_missing_extra_names_the_extra_and_what_is_missing() -> None:
         "ConfigurationError: the history API needs the [history] extra "
         '(sqlalchemy is not installed): pip install "groundswell[history]"'
     )
+
+
+async def test_a_store_the_app_opened_is_closed_when_it_stops(
+    tmp_path: Path, history_store: HistoryStore
+) -> None:
+    opened = create_app(f"sqlite:///{tmp_path / 'own.db'}", secret=SECRET)
+    given = create_app(history_store, secret=SECRET)
+    for app in (opened, given):
+        app.state.store.ping()  # a pooled connection now
+    pools = [app.state.store.engine.pool for app in (opened, given)]
+    for app in (opened, given):
+        async with app.router.lifespan_context(app):
+            pass
+    # The app's own store let go of its connections; the store it was given is its owner's.
+    assert opened.state.store.engine.pool is not pools[0]
+    assert opened.state.store.engine.pool.checkedin() == 0
+    assert given.state.store.engine.pool is pools[1]
+
+
+@pytest.mark.parametrize("route", ["/api/sessions", "/api/failures", "/api/introspection/alice"])
+def test_a_single_value_parameter_given_twice_is_refused(api: httpx2.Client, route: str) -> None:
+    # FastAPI alone would quietly keep the last one: the task asked about would not be
+    # the one the client meant.
+    answer = api.get(route, params=[("task_id", "a"), ("task_id", "b")], headers=auth("alice"))
+    assert answer.status_code == 422
+    assert "'task_id' was given 2 times: give it once" in answer.text
+    patterns = [("title", "Fix login"), ("file_patterns", "*.py"), ("file_patterns", "*.md")]
+    many = api.get("/api/introspection/alice", params=patterns, headers=auth("alice"))
+    assert many.status_code == 200

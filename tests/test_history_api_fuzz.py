@@ -1,4 +1,4 @@
-"""Schemathesis fuzzes the introspection API from its own OpenAPI schema: no 5xx, ever.
+"""Schemathesis fuzzes the history API from its own OpenAPI schema: no 5xx, ever.
 
 The server is real (uvicorn on loopback) over a real store (SQLite and
 PostgreSQL) holding sessions of the agent the token belongs to.
@@ -54,7 +54,17 @@ def server(history_store: HistoryStore) -> Iterator[Server]:
 def operations(server: Server) -> list[Any]:
     schema = schemathesis.openapi.from_url(f"{server.url}/openapi.json")
     found = [result.ok() for result in schema.get_all_operations()]
-    assert {op.path for op in found} == {"/api/health", "/api/introspection/{agent_id}"}
+    assert {op.path for op in found} == {
+        "/api/health",
+        "/api/introspection/{agent_id}",
+        "/api/sessions",
+        "/api/sessions/{session_id}",
+        "/api/sessions/{session_id}/iterations",
+        "/api/sessions/{session_id}/terminate",
+        "/api/retries",
+        "/api/failures",
+        "/api/usage",
+    }
     return found
 
 

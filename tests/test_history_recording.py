@@ -224,8 +224,8 @@ async def test_an_agent_queries_only_its_own_past_sessions(store: HistoryStore) 
     found = json.loads(call.payload["output"])
     assert found["agent_id"] == "me" and found["count"] == 1
     (session,) = found["sessions"]
-    assert session["output"] == "first answer"
-    assert session["relevance"] >= 0.9  # same task, just now, completed
+    assert session["summary"] == "first answer"
+    assert session["relevance_score"] >= 0.9  # same task, just now, completed
     assert session["iterations"][0]["kind"] == "model_turn"
     assert "other agent's answer" not in str(found)
     # There is no parameter to name another agent: the schema offers none.

@@ -222,3 +222,43 @@ def test_commit_bounds_must_be_above_zero(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setenv("GROUNDSWELL_HISTORY_COMMIT_EVERY", "20")
     sink = HistorySink("sqlite:///unused.db")
     assert (sink.commit_every, sink.commit_s) == (20, 0.5)
+
+
+class Hijacker:
+    """Takes each prompt's session id for "mallory" (as a client of the sessions API
+    could) just before the history sink sees the prompt start."""
+
+    def __init__(self, sink: HistorySink, store: HistoryStore) -> None:
+        self.sink, self.store = sink, store
+        self.taken: list[str] = []
+
+    def handle(self, event: Event) -> None:
+        if event.kind == "node_start" and event.data.get("type") == "prompt":
+            self.taken.append(str(event.data["id"]))
+            self.store.create_session("mallory", session_id=self.taken[-1])
+        self.sink.handle(event)
+
+    def flush(self) -> None:
+        self.sink.flush()
+
+    def close(self) -> None:
+        self.sink.close()
+
+
+async def test_a_session_taken_by_another_agent_does_not_collect_the_runs_turns(
+    history_store: HistoryStore, add_sink: Callable[..., str]
+) -> None:
+    sink = HistorySink(history_store.url, record_all=True)
+    hijacker = Hijacker(sink, history_store)
+    add_sink(hijacker, name=f"history-{uuid.uuid4().hex[:8]}")
+    name = agent_name()
+    agent = Agent(name=name, client=FakeAnthropicAPI().client())
+    assert await agent.prompt("hi") is not None
+    assert groundswell.flush_sinks()
+    (sid,) = hijacker.taken
+    taken = history_store.session(sid)
+    assert taken is not None and taken.agent_id == "mallory"
+    # Neither the run's model turn nor its end reached mallory's session.
+    assert taken.iterations == [] and taken.status == "running"
+    assert sink.dropped == 1  # the run's own start, refused: the id was taken
+    assert sink.committed == 2 and sink.pending == 0  # its turn and end were written, to no one

@@ -16,8 +16,15 @@ import time
 from pathlib import Path
 
 import pytest
-from groundswell_history import HistoryStore, StoreUnavailable, relevance, task_signature
+from groundswell_history import (
+    HistoryStore,
+    SessionConflict,
+    StoreUnavailable,
+    relevance,
+    task_signature,
+)
 from groundswell_history.relevance import TaskSignature
+from groundswell_history.store import safe_url
 
 import groundswell
 from groundswell import ConfigurationError
@@ -243,7 +250,7 @@ def test_bad_input_is_named(store: HistoryStore) -> None:
 def test_bad_urls_are_named_without_their_password() -> None:
     with pytest.raises(ConfigurationError) as caught:
         HistoryStore("nosuchdialect://user:pw123456@host/db")
-    assert "pw123456" not in str(caught.value) and "user:***@" in str(caught.value)
+    assert "pw123456" not in str(caught.value) and "user:**********@" in str(caught.value)
     with socket.socket() as probe:  # a port nothing listens on
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -389,3 +396,55 @@ def test_stores_opening_a_new_sqlite_file_at_once_all_open_it(tmp_path: Path) ->
         for thread in threads:
             thread.join()
     assert failures == []
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        # An unescaped "@" in the password: none of it shows, not even after the first "@".
+        ("postgresql://u:p@ss@host/db", "postgresql://u:**********@host/db"),
+        ("postgresql://:pw@host/db", "postgresql://:**********@host/db"),
+        (
+            "postgresql://u@host/db?password=x&sslmode=require",
+            "postgresql://u@host/db?password=**********&sslmode=require",
+        ),
+        ("postgresql+psycopg://u:pw@h:5432/db", "postgresql+psycopg://u:**********@h:5432/db"),
+        ("sqlite:///:memory:", "sqlite:///:memory:"),
+        ("not a url at all", "<unparseable URL>"),
+    ],
+)
+def test_urls_in_messages_never_show_a_password(url: str, shown: str) -> None:
+    assert safe_url(url) == shown
+
+
+def test_updates_can_require_the_status_they_saw(store: HistoryStore) -> None:
+    store.start_session("s1", "a")
+    store.end_session("s1", "completed", output="done")
+    with pytest.raises(SessionConflict, match="has ended already \\(completed\\)"):
+        store.update_session("s1", status="terminated", expected_status="running")
+    with pytest.raises(SessionConflict, match="has ended already"):
+        store.terminate_session("s1")
+    kept = store.session("s1", include_iterations=False)
+    assert kept is not None and kept.status == "completed" and kept.error is None
+    assert store.terminate_session("nope") is None
+
+
+def test_iterations_and_ends_given_an_agent_reach_only_its_session(store: HistoryStore) -> None:
+    store.create_session("mallory", session_id="shared")
+    store.add_iteration("shared", "model_turn", name="claude", agent_id="alice")
+    store.end_session("shared", "failed", error="boom", agent_id="alice")
+    taken = store.session("shared")
+    assert taken is not None and taken.iterations == [] and taken.status == "running"
+    store.add_iteration("shared", "model_turn", name="claude", agent_id="mallory")
+    store.end_session("shared", "completed", agent_id="mallory")
+    own = store.session("shared")
+    assert own is not None and own.status == "completed"
+    assert [i["seq"] for i in own.iterations or ()] == [1]
+
+
+def test_merged_metadata_is_capped(store: HistoryStore) -> None:
+    store.start_session("s1", "a", metadata={f"k{i}": i for i in range(64)})
+    with pytest.raises(ValueError, match="at most 64 keys, got 65"):
+        store.update_session("s1", metadata={"one-more": 1})
+    kept = store.session("s1", include_iterations=False)
+    assert kept is not None and "one-more" not in kept.metadata

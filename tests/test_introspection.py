@@ -195,11 +195,12 @@ async def test_every_tool_reports_the_run_from_inside_a_nested_workflow() -> Non
     assert parent.type is NodeType.TOOL_CALL and tree.get_node(parent.parent_id).name == "scout"  # type: ignore[arg-type]
 
     prompt = got["generate_dynamic_prompt"]
-    assert prompt == {
+    assert {k: prompt[k] for k in ("template", "valid", "dry_run", "prompt", "status")} == {
         "template": "summarize",
         "valid": True,
         "dry_run": True,
         "prompt": {"user": "Summarize cats.", "system": None, "response_format": "Summary"},
+        "status": "validated",
     }
     # Nothing a tool returned holds a key or an env value.
     everything = json.dumps(fake.requests[-1].messages)

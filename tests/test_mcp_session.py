@@ -154,7 +154,7 @@ async def test_stderr_goes_to_the_tree_and_the_log_never_the_terminal(
 ) -> None:
     counting = Counting(tmp_path)
     agent = Agent(name="a", mcps=[counting.config], client=FakeAnthropicAPI(echo_model).client())
-    with caplog.at_level(logging.INFO, logger="groundswell.mcp"):
+    with caplog.at_level(logging.DEBUG, logger="groundswell.mcp"):  # stderr lines are DEBUG
         async with agent:
             result = await agent.run("hello")
             await asyncio.sleep(0.2)  # the reader thread logs the echo line

@@ -12,6 +12,7 @@ import pytest
 from groundswell_introspection import Limits, toolset
 from groundswell_otel import RedactingSpanExporter
 from groundswell_otel import attributes as A
+from mcp.server.mcpserver import Context, MCPServer
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -868,3 +869,56 @@ async def test_a_continued_conversation_shows_its_own_turns_and_counts_the_earli
     for chat, request in zip(chats, fake.requests[1:], strict=True):
         assert chat.attributes[A.INPUT_MESSAGES_OMITTED] == 2
         assert shown(chat.attributes[A.GEN_AI_INPUT_MESSAGES]) == sent(request.messages[2:])
+
+
+def diary_server() -> MCPServer:
+    """An in-process MCP server whose progress and log messages quote a person's diary."""
+    diary = MCPServer("diary")
+
+    @diary.tool()
+    async def read_diary(ctx: Context) -> str:
+        """Read today's entry."""
+        await ctx.report_progress(1, 2, "reading Ada's entry about the engine")
+        await ctx.info("Ada wrote: the engine weaves algebraic patterns")
+        return "An entry about the engine."
+
+    return diary
+
+
+@pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
+@pytest.mark.parametrize("mode", [None, "SPAN_ONLY"])
+async def test_event_text_from_servers_and_hooks_is_content(
+    exporter: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch, mode: str | None
+) -> None:
+    if mode is not None:
+        capture_content(monkeypatch, mode)
+
+    def cite(input_data: dict[str, Any], tool_use_id: str | None, ctx: Any) -> dict[str, Any]:
+        if input_data["stop_hook_active"]:
+            return {}
+        return {"decision": "block", "reason": "Cite the diary of Ada."}
+
+    fake = FakeAnthropicAPI(
+        [tool_use("mcp__diary__read_diary", {}), text("About the engine."), text("(diary)")]
+    )
+    agent = Agent(
+        name="reader",
+        mcps=[diary_server()],
+        hooks={"Stop": [{"hooks": [cite]}]},
+        client=fake.client(),
+    )
+    await agent.run("What did Ada write?")
+    found = spans(exporter)
+    events = {e.name: dict(e.attributes or {}) for s in found for e in s.events}
+    # What is not content is always there: the level, the progress, that a hook blocked.
+    assert events["mcp_log"]["groundswell.level"] == "info"
+    assert events["mcp_progress"]["groundswell.progress"] == 1
+    assert "stop_blocked" in events
+    texts = ("Cite the diary of Ada.", "reading Ada's entry", "Ada wrote: the engine")
+    dump = everything(found)
+    if mode is None:
+        assert not any(t in dump for t in texts)
+    else:
+        assert events["stop_blocked"]["groundswell.reason"] == "Cite the diary of Ada."
+        assert "reading Ada's entry" in events["mcp_progress"]["groundswell.message"]
+        assert "Ada wrote: the engine" in events["mcp_log"]["groundswell.data"]

@@ -324,7 +324,7 @@ def test_every_unknown_name_gets_the_same_error_listing_what_is_available() -> N
     assert str(info.value) == "no reflection strategy named 'nope'; available: feedback"
     with pytest.raises(
         ConfigurationError,
-        match=r"^no agent middleware named 'x'; available: budget, cache, context, extraction, ",
+        match=r"^no agent middleware named 'x'; available: budget, cache, context, context_ttl, extraction, ",
     ):
         manager.lookup("register_agent_middleware", "x")
     with pytest.raises(
@@ -363,7 +363,7 @@ def test_an_unknown_name_of_a_bundled_plugin_says_how_to_get_it(
     with pytest.raises(ConfigurationError) as info:
         manager.lookup(CacheBackend, "redis")
     assert str(info.value) == (
-        "no cache backend named 'redis'; available: lru; plugin 'redis' is installed but "
+        "no cache backend named 'redis'; available: lru, sqlite; plugin 'redis' is installed but "
         "not loaded (named in GROUNDSWELL_DISABLE_PLUGINS)"
     )
 
@@ -376,7 +376,9 @@ def test_an_unknown_name_reports_plugins_that_failed_to_load(
     manager.load_entrypoints()
     with pytest.raises(ConfigurationError) as info:
         manager.lookup(CacheBackend, "memo")
-    assert str(info.value).startswith("no cache backend named 'memo'; available: lru, redis; ")
+    assert str(info.value).startswith(
+        "no cache backend named 'memo'; available: lru, redis, sqlite; "
+    )
     assert "plugin 'broken' failed: import failed: ZeroDivisionError" in str(info.value)
 
 
@@ -389,6 +391,7 @@ def test_an_unknown_name_reports_plugins_that_failed_to_load(
             {
                 "lru",
                 "redis",
+                "sqlite",
                 "reflection",
                 "introspection",
                 "otel",
@@ -404,7 +407,7 @@ def test_an_unknown_name_reports_plugins_that_failed_to_load(
         ("good,lru", "lru", {"good"}),
         (
             None,
-            "lru, good, redis, reflection, introspection, otel, jsonl, history, dbos, pii",
+            "lru, good, redis, sqlite, reflection, introspection, otel, jsonl, history, dbos, pii",
             set(),
         ),
     ],

@@ -1,8 +1,9 @@
 """A prompt its caller cancels, or whose stream it stops reading, ends ``cancelled``.
 
 Through the public API, against the offline fake on the real anthropic client, with
-the history plugin recording: the prompt node in the tree, the session in the
-history store and what the introspection HTTP API answers all say ``cancelled``.
+the history plugin recording: the prompt node in the tree says ``cancelled``; the
+session in the history store and what the introspection HTTP API answers say
+``terminated``, the session-history harness's name for it.
 """
 
 from __future__ import annotations
@@ -103,20 +104,22 @@ async def test_a_prompt_cancelled_mid_model_call_is_cancelled_in_tree_history_an
         if e.kind == "node_end" and e.node.type == NodeType.MODEL_CALL
     ]
     assert model_calls == ["cancelled"]
-    assert session_statuses(store, "impatient") == ["cancelled"]
+    assert session_statuses(store, "impatient") == ["terminated"]
     (session,) = store.sessions("impatient", include_iterations=True)
     assert session.error is None
-    assert session.iterations and session.iterations[0]["status"] == "cancelled"
+    assert session.iterations and session.iterations[0]["status"] == "terminated"
     answer = api.get(
-        "/api/introspection/impatient", params={"min_relevance": 0}, headers=auth("impatient")
+        "/api/introspection/impatient",
+        params={"min_relevance": 0, "include_failures": "true"},
+        headers=auth("impatient"),
     )
     assert answer.status_code == 200, answer.text
-    assert [s["status"] for s in answer.json()["sessions"]] == ["cancelled"]
-    # A cancelled session neither succeeded nor failed: scored like one that did not finish.
+    assert [s["status"] for s in answer.json()["sessions"]] == ["terminated"]
+    # A terminated session neither succeeded nor failed: scored like one that did not finish.
     assert relevance(session, now=session.started_at) == pytest.approx(0.3 + 0.1)
 
 
-async def test_a_step_cancelled_with_its_prompt_records_a_cancelled_session(
+async def test_a_step_cancelled_with_its_prompt_records_a_terminated_session(
     store: HistoryStore,
 ) -> None:
     fake = FakeAnthropicAPI([slow("never read", 30)])
@@ -131,7 +134,7 @@ async def test_a_step_cancelled_with_its_prompt_records_a_cancelled_session(
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert session_statuses(store, "stepped") == ["cancelled"]
+    assert session_statuses(store, "stepped") == ["terminated"]
 
 
 async def consume_one(stream: AsyncIterator[StreamEvent]) -> StreamEvent:
@@ -151,7 +154,7 @@ async def test_leaving_a_stream_early_without_aclosing_cancels_the_prompt(
     # The stream is not closed here: Python's finalizer for the dropped generator closes
     # it soon after, and only then does the prompt end, cancelled.
     assert await ended(recording_sink, "skimmer") == ["cancelled"]
-    assert session_statuses(store, "skimmer") == ["cancelled"]
+    assert session_statuses(store, "skimmer") == ["terminated"]
 
 
 async def test_a_stream_kept_in_a_reference_cycle_is_cancelled_when_collected(
@@ -171,7 +174,7 @@ async def test_a_stream_kept_in_a_reference_cycle_is_cancelled_when_collected(
     del holder
     gc.collect()
     assert await ended(recording_sink, "cyclic") == ["cancelled"]
-    assert session_statuses(store, "cyclic") == ["cancelled"]
+    assert session_statuses(store, "cyclic") == ["terminated"]
 
 
 def test_a_stream_left_open_is_cancelled_when_the_loop_shuts_down(
@@ -186,7 +189,7 @@ def test_a_stream_left_open_is_cancelled_when_the_loop_shuts_down(
 
     asyncio.run(main())  # cancels the prompt's task, then shutdown_asyncgens closes the stream
     assert prompt_statuses(recording_sink, "abandoned") == ["cancelled"]
-    assert session_statuses(store, "abandoned") == ["cancelled"]
+    assert session_statuses(store, "abandoned") == ["terminated"]
 
 
 async def test_leaving_a_stream_early_with_aclosing_or_an_error_cancels_the_prompt(
@@ -214,7 +217,7 @@ async def test_leaving_a_stream_early_with_aclosing_or_an_error_cancels_the_prom
         await give_up_after_the_tool()
     assert "tool_call" in seen
     assert prompt_statuses(recording_sink, "closer") == ["cancelled", "cancelled"]
-    assert session_statuses(store, "closer") == ["cancelled", "cancelled"]
+    assert session_statuses(store, "closer") == ["terminated", "terminated"]
 
 
 async def test_a_stream_whose_reader_is_cancelled_cancels_the_prompt(
@@ -232,7 +235,7 @@ async def test_a_stream_whose_reader_is_cancelled_cancels_the_prompt(
     with pytest.raises(asyncio.CancelledError):
         await task
     assert await ended(recording_sink, "reader-gone") == ["cancelled"]
-    assert session_statuses(store, "reader-gone") == ["cancelled"]
+    assert session_statuses(store, "reader-gone") == ["terminated"]
 
 
 async def test_a_stream_read_to_its_result_completes_even_when_read_slowly(

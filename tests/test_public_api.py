@@ -70,7 +70,8 @@ def test_running_a_workflow_with_plugins_off_imports_no_plugin() -> None:
 
 def test_kernel_imports_only_its_allowed_dependencies() -> None:
     # httpx2 is anthropic's own transport; genai_prices the price table (imported lazily);
-    # rich only where trees are drawn for people (the CLI and the renderer).
+    # rich only where trees are drawn for people (the CLI and the renderer); yaml reads
+    # skills' front matter.
     allowed = {
         "anthropic",
         "httpx2",
@@ -79,6 +80,7 @@ def test_kernel_imports_only_its_allowed_dependencies() -> None:
         "mcp",
         "orjson",
         "genai_prices",
+        "yaml",
         "groundswell",
     }
     third_party = set()

@@ -492,7 +492,7 @@ def _foreign_spans() -> str:
 
 class _Lines(logging.Handler):
     def __init__(self) -> None:
-        super().__init__(logging.INFO)
+        super().__init__(logging.DEBUG)  # MCP servers' stderr lines are DEBUG
         self.lines: list[str] = []
 
     def emit(self, record: logging.LogRecord) -> None:
@@ -563,7 +563,7 @@ def outputs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
     root = logging.getLogger("groundswell")
     root.addHandler(logged)
     level = root.level
-    root.setLevel(logging.INFO)
+    root.setLevel(logging.DEBUG)
     database = tmp / "history.db"
     manager = groundswell.get_plugin_manager()
     memory = InMemorySpanExporter()

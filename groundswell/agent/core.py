@@ -20,19 +20,21 @@ import anthropic
 
 from .._serialize import register_secret
 from ..blocking import run_blocking
-from ..budget import TokenBudget, check_budget
+from ..budget import TokenBudget, check_budget, check_retention
 from ..cache import Cache, ToolCachePolicy
 from ..claude_hooks import check_hooks
 from ..context_providers import check_context
 from ..errors import ConfigurationError
 from ..mcp_bridge import check_mcps
+from ..mcp_client import Elicitation, check_elicitation_handler
 from ..mcp_config import register_mcp_secrets
 from ..plugins import get_plugin_manager
 from ..prompt import NO_OVERRIDES, Prompt, PromptOverrides
 from ..reflection import ReflectionConfig, ReflectionEntry, resolve_config
 from ..run_context import current_frame, new_run_tree
 from ..settings_check import check_flag, check_settings
-from ..tools import DepsT, check_skills, check_timeout, check_tools
+from ..skills import check_skills
+from ..tools import DepsT, check_context_ttl, check_timeout, check_tools
 from .checks import NO_LOOP, check_options, deps_check, deps_error, make_client, overrides_error
 from .config import check_cache_choice, check_tool_cache, model_or_default, request_options
 from .loop import run_prompt
@@ -66,8 +68,15 @@ class Agent(Generic[DepsT]):
     ``continue_on_max_tokens=True`` asks for another turn when the reply is
     cut off inside a tool call; ``max_retry_wait`` (seconds, default 60) caps
     how long an API's ``Retry-After`` is honoured. ``tool_timeout`` (seconds) bounds every tool call that sets
-    no ``Tool(timeout=...)`` of its own. ``token_budget`` (a `TokenBudget`) caps
-    the input of every model turn. ``cache`` (a backend name or a `Cache`)
+    no ``Tool(timeout=...)`` of its own. ``on_elicitation`` answers the
+    requests for input of the agent's local MCP servers (a function taking an
+    `Elicitation`; a server's own ``on_elicitation`` wins; without one they
+    are declined). ``token_budget`` (a `TokenBudget`) caps
+    the input of every model turn. ``context_ttl`` (model turns) replaces
+    each tool result in the conversation with a short note once the model has
+    seen it that many times (a `Tool`'s own ``context_ttl`` wins);
+    ``context_retention="output_only"`` sends only the user turns and the
+    model's answers of a ``message_history``. ``cache`` (a backend name or a `Cache`)
     or ``enable_cache=True`` (the default backend) caches whole answers;
     ``tool_cache`` maps tool names to a `ToolCachePolicy`.
     ``enable_reflection=True`` (or ``reflection=ReflectionConfig(...)``) feeds
@@ -120,7 +129,10 @@ class Agent(Generic[DepsT]):
         max_retry_wait: float = 60.0,
         max_turns: int = 20,
         tool_timeout: float | None = None,
+        on_elicitation: Callable[[Elicitation], Any] | None = None,
         token_budget: TokenBudget | None = None,
+        context_ttl: int | None = None,
+        context_retention: str | None = None,
         cache: str | Cache | None = None,
         enable_cache: bool = False,
         tool_cache: Mapping[str, ToolCachePolicy] | None = None,
@@ -182,6 +194,7 @@ class Agent(Generic[DepsT]):
                 f"Agent reflection must be a ReflectionConfig, got {type(reflection).__name__}"
             )
         check_client(client, owner)
+        check_elicitation_handler(on_elicitation, owner)
         #: The settings every prompt starts from, by API name (and Groundswell's own).
         self.config: dict[str, Any] = {
             **request_fields,
@@ -193,7 +206,10 @@ class Agent(Generic[DepsT]):
             "env": dict(env or {}),
             "max_turns": max_turns,
             "tool_timeout": check_timeout(tool_timeout, owner),
+            "on_elicitation": on_elicitation,
             "token_budget": check_budget(token_budget, owner),
+            "context_ttl": check_context_ttl(context_ttl, owner),
+            "context_retention": check_retention(context_retention, owner),
             # True means "the default backend" (the workflow's, else GROUNDSWELL_CACHE, else lru).
             "cache": cache,
             "tool_cache": policies,

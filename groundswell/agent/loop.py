@@ -368,6 +368,8 @@ async def _model_turn(run: PromptRun, params: dict[str, Any]) -> tuple[Any, list
             tree.add_event(
                 node, "retry_wait", seconds=round(seconds, 3), status=status, attempt=retry
             )
+            answer = f"answered {status}" if status is not None else "could not be reached"
+            run.notify("retry_wait", f"The model API {answer}; retry {retry} in {seconds:.3g} s")
 
         try:
             message = await call_model(
@@ -485,6 +487,9 @@ async def tool_call(run: PromptRun, layers: Layers, block: dict[str, Any]) -> di
     toolset = getattr(handler, "toolset", None)
     if toolset is not None:
         payload["toolset"] = toolset
+    mcp = getattr(handler, "mcp", None)  # an MCP tool's server, own name, transport (for sinks)
+    if mcp:
+        payload["mcp"] = mcp
     node = tree.start_node(kind, name, run.node, payload=payload)
     token = enter_frame(tree, node, run.workflow, run.agent)
     run.emit(StreamEvent("tool_call", tool_call={"id": call_id, "name": name, "input": tool_input}))

@@ -41,16 +41,31 @@ class StreamEvent:
     holds a partial-JSON delta), ``tool_call`` (``tool_call``: id, name, input),
     ``tool_result`` (``tool_result``: tool_use_id, name, content, is_error),
     ``retry`` (the model turn broke off mid-stream and starts again: discard the
-    deltas received since the turn began; ``text`` says why) or, last,
-    ``result`` (``result`` is the validated output).
+    deltas received since the turn began; ``text`` says why), ``system_message``
+    (a hook's ``systemMessage`` for the user, in ``text``), ``mcp_progress``
+    and ``mcp_log`` (a local MCP server's progress or log message during a
+    call; ``mcp`` holds the call's ``tool_use_id`` and ``name`` with
+    ``progress``, ``total``, ``message``, or ``level``, ``logger``, ``data``) or,
+    last, ``result`` (``result`` is the validated output).
     """
 
-    type: Literal["text", "tool_input", "tool_call", "tool_result", "retry", "result"]
+    type: Literal[
+        "text",
+        "tool_input",
+        "tool_call",
+        "tool_result",
+        "retry",
+        "system_message",
+        "mcp_progress",
+        "mcp_log",
+        "result",
+    ]
     text: str | None = None
     tool_input: str | None = None
     tool_call: dict[str, Any] | None = None
     tool_result: dict[str, Any] | None = None
     result: Any = None
+    mcp: dict[str, Any] | None = None
 
 
 @dataclass
@@ -203,6 +218,7 @@ class PromptRun:
         "_deferred",
         "_emit",
         "_given_history",
+        "_listeners",
         "_node",
         "agent",
         "attempt",
@@ -275,6 +291,7 @@ class PromptRun:
         self.retry_messages: tuple[dict[str, Any], ...] = ()
         self._deferred: list[Callable[[], Awaitable[Any]]] = []
         self._continuation: tuple[str, str] | None = None
+        self._listeners: list[Callable[[str, str], None]] = []
 
     @property
     def node(self) -> EventNode:
@@ -300,6 +317,11 @@ class PromptRun:
         """Send ``event`` to the ``agent.stream()`` consumer (nothing when not streaming)."""
         if self._emit is not None:
             self._emit(event)
+
+    def emit_mcp(self, kind: str, details: dict[str, Any]) -> None:
+        """Send an ``mcp_progress`` or ``mcp_log`` `StreamEvent` (``details`` its ``mcp``)."""
+        if self._emit is not None:
+            self._emit(StreamEvent(kind, mcp=details))  # type: ignore[arg-type]
 
     def request(self) -> dict[str, Any]:
         """The Messages API request the next model turn would send (before ``before_model``).
@@ -338,6 +360,23 @@ class PromptRun:
         e.g. storing an answer that extraction then refuses.
         """
         self._deferred.append(action)
+
+    def notify(self, kind: str, message: str) -> None:
+        """Tell the prompt's listeners (`listen`) that it waits: ``kind`` says for what.
+
+        The loop says ``retry_wait`` before it waits to retry a model call.
+        """
+        for listener in self._listeners:
+            listener(kind, message)
+
+    def listen(self, listener: Callable[[str, str], None]) -> Callable[[], None]:
+        """Call ``listener(kind, message)`` on each `notify`; returns what stops it.
+
+        It is called where the wait starts, so it must be quick (start a task for
+        slow work).
+        """
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener)
 
     def continue_with(self, text: str, *, reason: str = "a middleware asked for more") -> None:
         """After the model's final reply, send ``text`` as a user turn and go on.

@@ -12,11 +12,12 @@ Orders (lower runs outside higher; the prompt node starts at 200):
 name        order  what it does
 ==========  =====  ====================================================
 reflection  100    retries a failed prompt with the error fed back
-hooks       210    Claude Agent SDK hooks (tool, prompt, stop, subagent)
+hooks       210    Claude Agent SDK hooks (each event where it has a moment)
 extraction  220    ``Extract`` rules on the answer, into ``ctx.state``
 skills      230    local skills in the system prompt, API skills sent
 context     240    context providers' text in the system prompt
 mcp         250    local MCP servers as tools, remote ones sent
+context_ttl 255    old tool results expire; a history's answers only
 budget      260    token budgets before every model turn
 cache       300    the answer cache (a hit skips the model)
 tool_cache  310    per-tool result caching
@@ -43,6 +44,7 @@ DEFAULT_MIDDLEWARE: tuple[tuple[str, int, str, str, str], ...] = (
     ("skills", 230, "skills", "Skills", "local and API skills"),
     ("context", 240, "context", "ContextProviders", "context providers' text"),
     ("mcp", 250, "mcp", "MCPServers", "MCP servers as tools"),
+    ("context_ttl", 255, "context_ttl", "ContextTTL", "tool results expire (context_ttl)"),
     ("budget", 260, "budget", "Budget", "token budgets"),
     ("cache", 300, "cache", "AnswerCache", "the answer cache"),
     ("tool_cache", 310, "cache", "ToolResultCache", "tool-result caching"),

@@ -15,32 +15,25 @@ history still starts with a user turn.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from ..agent import Agent, Middleware, PromptNext, PromptResult, PromptRun
+from ..agent import Middleware, PromptNext, PromptResult, PromptRun
 from ..budget import (
     PLAIN,
-    SUMMARIZER_SYSTEM,
     TokenBudget,
     Turn,
     breakdown,
     current_budget,
-    enter_budget,
-    leave_budget,
-    previous_summary,
     prune_oldest,
     resolve_budget,
     sliding_window,
     split_turns,
-    transcript,
-    with_summary,
 )
+from ..claude_hooks import pre_compact_hook
 from ..errors import TokenBudgetExceeded
 from ..model import output_type
 from ..pricing import DollarLimits
-from ..prompt import Prompt, PromptOverrides
-from ..run_context import Frame, current_frame, reset_frame, set_frame
 from ..thinking_blocks import drop_stale_thinking, pinned_thinking
 from ..tokens import (
     COUNTER_ENV,
@@ -53,6 +46,7 @@ from ..tokens import (
     tools_tokens,
 )
 from ..tree import NodeStatus, NodeType
+from .summarize import summarize
 
 __all__ = ["Budget", "Enforcer"]
 
@@ -92,6 +86,7 @@ class Budget(Middleware):
                 client=run.client,
                 model=run.settings["model"],
                 max_tokens=run.settings["max_tokens"],
+                before_compact=pre_compact_hook(run.scratch),
             )
             run.scratch[_KEY].dollars.earlier = earlier
         return await call_next()
@@ -137,8 +132,11 @@ class Enforcer:
         client: Any,
         model: str,
         max_tokens: int,
+        before_compact: Callable[[], Awaitable[str | None]] | None = None,
     ) -> None:
         self.budget = budget
+        #: The prompt's ``PreCompact`` hooks: the reason when one blocks compaction.
+        self.before_compact = before_compact
         self.limit = budget.input_limit(max_tokens)
         if self.limit <= 0:
             raise budget.no_room(max_tokens, f"agent {getattr(agent, 'name', '?')!r}")
@@ -164,7 +162,13 @@ class Enforcer:
         self.summarizer_failed = False
         self.stats: dict[str, Any] = {"source": source}
         if budget.max_total is not None:
-            self.stats.update(limit=self.limit, checks=0, enforcements=0, peak_tokens=0)
+            self.stats.update(
+                limit=self.limit,
+                checks=0,
+                enforcements=0,
+                peak_tokens=0,
+                threshold=budget.warning_threshold,
+            )
         node.metrics["budget"] = self.stats
         # Every max_usd in force: this budget's, and each workflow's or step's around.
         self.dollars = DollarLimits(budget, source, getattr(agent, "name", "?"), tree, node)
@@ -204,7 +208,11 @@ class Enforcer:
         total = await self._count(messages, system, tools, estimate, betas, mcp_servers)
         self.stats["checks"] += 1
         self.stats["last_tokens"] = total
-        self.stats["peak_tokens"] = max(self.stats["peak_tokens"], total)
+        self.stats["peak_tokens"] = peak = max(self.stats["peak_tokens"], total)
+        # The gauge (`render()`): the peak's share of the limit, and its state.
+        self.stats["used"] = round(peak / self.limit, 4)
+        warn = self.budget.warning_threshold * self.limit
+        self.stats["state"] = "over" if peak > self.limit else "warning" if peak >= warn else "ok"
         if total <= self.limit:
             threshold = self.budget.warning_threshold * self.limit
             if total >= threshold and not self.warned:
@@ -325,14 +333,19 @@ class Enforcer:
             pinned = pinned_thinking(messages)
             if pinned is not None:
                 raise self._pinned(parts, total, pinned)
+            if self.before_compact is not None:
+                refused = await self.before_compact()
+                if refused is not None:
+                    node.payload["blocked_by"] = "PreCompact"
+                    raise self._compaction_blocked(parts, total, refused)
             before = list(messages)  # as it was: _summarize rewrites the instruction in place
             if budget.strategy == "sliding_window":
                 kept = sliding_window(candidates, room)
             elif budget.strategy == "prune_oldest":
                 kept = prune_oldest(candidates, room, budget.keep_last_turns)
             else:
-                kept, head_size = await self._summarize(
-                    messages, sizes, (history, head), candidates, room, node
+                kept, head_size = await summarize(
+                    self, messages, sizes, (history, head), candidates, room, node
                 )
                 room = self.limit - fixed[0] - fixed[1] - head_size
             used = sum(t.tokens for t in kept)
@@ -437,6 +450,18 @@ class Enforcer:
             breakdown=detail,
         )
 
+    def _compaction_blocked(
+        self, parts: dict[str, int], total: int, reason: str
+    ) -> TokenBudgetExceeded:
+        """The refusal when a ``PreCompact`` hook blocks the strategy from compacting."""
+        return TokenBudgetExceeded(
+            f"agent {getattr(self.agent, 'name', '?')!r}: the request needs {total} input "
+            f"tokens, over the {self.limit}-token input limit, and a PreCompact hook blocked "
+            f"{self.budget.strategy} from making it fit: {reason}. To fix: let the hook allow "
+            "compaction, or raise max_total",
+            breakdown={**parts, "total": total, "limit": self.limit},
+        )
+
     def _pinned(self, parts: dict[str, int], total: int, pinned: int) -> TokenBudgetExceeded:
         """The refusal to cut into a tool loop whose latest turn holds thinking blocks.
 
@@ -457,109 +482,6 @@ class Enforcer:
             "tools return less, or continue from a shorter message_history; strategies make "
             "room again once the tool loop has ended",
             breakdown={**parts, "total": total, "limit": self.limit},
-        )
-
-    async def _summarize(
-        self,
-        messages: list[dict[str, Any]],
-        sizes: list[int],
-        instruction: tuple[int, int],
-        turns: list[Turn],
-        room: int,
-        node: Any,
-    ) -> tuple[list[Turn], int]:
-        """Keep the latest turns that fit in three quarters of the room (at most
-        ``keep_last_turns``, at least the latest), and replace the turns before them
-        with a summary in the instruction message (``messages[start:head]``); returns
-        the turns kept and the new instruction's size. Falls back to a sliding window,
-        saying why on the budget node, when there is nothing to summarize or no
-        usable summary."""
-        keep = self.budget.keep_last_turns
-        head = instruction[1]
-        head_size = sum(sizes[instruction[0] : head])
-        # A quarter of the room is left for the summary itself.
-        summary_room = room // 4
-        recent = sliding_window(turns[-keep:], room - summary_room) or turns[-1:]
-        old = turns[: len(turns) - len(recent)]
-
-        def fallback(reason: str) -> tuple[list[Turn], int]:
-            node.payload["fallback"] = f"sliding_window: {reason}"
-            return sliding_window(turns, room), head_size
-
-        if not old:
-            return fallback("no turn before the latest to summarize")
-        if self.summarizer_failed:
-            return fallback("the summarizer failed earlier in this prompt")
-        first = messages[head - 1]
-        earlier = [m for t in old for m in messages[t.start : t.end]]
-        summary = await self._ask_summarizer(
-            transcript(earlier, previous_summary(first)), node, max(64, summary_room)
-        )
-        if summary is None:
-            self.summarizer_failed = True
-            return fallback("the summarizer failed")
-        merged = with_summary(first, summary)
-        new_head = head_size - sizes[head - 1] + estimate_message(merged)
-        # The summary took the old turns' place; the recent turns must fit beside it.
-        kept = sliding_window(recent, room + head_size - new_head)
-        if not kept or kept[-1] is not turns[-1]:
-            return fallback(
-                f"the summary ({new_head - head_size + sizes[head - 1]} tokens with the "
-                "instruction) left no room for the latest turn"
-            )
-        messages[head - 1] = merged
-        node.payload["summarized_turns"] = len(old)
-        return kept, new_head
-
-    async def _ask_summarizer(self, text: str, parent: Any, max_tokens: int) -> str | None:
-        """The summary of ``text``, or ``None`` (recorded on ``parent``) when it fails."""
-        summarizer = self._summarizer()
-        tree = self.tree
-        node = tree.start_node(
-            NodeType.SUMMARY,
-            getattr(summarizer, "name", "summarizer"),
-            parent,
-            payload={"model": summarizer.config.get("model")},
-        )
-        outer = current_frame()
-        frame = set_frame(Frame(tree, node, outer.workflow if outer else None))
-        # The summarizer's own prompt must not be squeezed by the budget it serves.
-        scope = enter_budget(None, "summarizer")
-        try:
-            result = await summarizer.run(
-                Prompt(user=f"{SUMMARIZER_SYSTEM}\n\n<turns>\n{text}\n</turns>"),
-                PromptOverrides(max_tokens=max_tokens),
-            )
-            summary = str(result.output).strip()
-            if not summary:
-                raise ValueError("the summarizer answered with nothing")
-        except Exception as exc:
-            tree.end_node(node, NodeStatus.FAILED, error=exc)
-            tree.add_event(parent, "summarize_failed", error=f"{type(exc).__name__}: {exc}")
-            return None
-        except BaseException as exc:
-            tree.end_node_after(node, exc)
-            raise
-        finally:
-            leave_budget(scope)
-            reset_frame(frame)
-        node.metrics["usage"] = dict(result.usage)
-        # The summary is spent on this prompt's behalf: it counts in the prompt's usage.
-        for key, value in result.usage.items():
-            self.usage[key] = self.usage.get(key, 0) + value
-        tree.end_node(node, NodeStatus.COMPLETED, output=summary, record_output=True)
-        return summary
-
-    def _summarizer(self) -> Any:
-        chosen = self.budget.summarizer
-        if chosen is not None and not isinstance(chosen, str):
-            return chosen
-        return Agent(
-            name=f"{getattr(self.agent, 'name', 'agent')}:summarizer",
-            model=chosen or self.model,
-            system=SUMMARIZER_SYSTEM,
-            max_tokens=min(2_048, self.max_tokens),
-            client=self.client,
         )
 
 

@@ -18,12 +18,12 @@ from ..cache import (
     Cache,
     ToolCachePolicy,
     answer_scope,
-    cached_tool_call,
     choose_cache,
     request_cache_key,
     store_entry,
     through_cache,
 )
+from ..tool_cache import cached_tool_call
 from ..tools import tool_result_content
 
 __all__ = ["AnswerCache", "ToolResultCache"]

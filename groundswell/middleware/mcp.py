@@ -14,6 +14,7 @@ from typing import Any
 
 from ..agent import Middleware, PromptNext, PromptResult, PromptRun
 from ..mcp_bridge import MCPBridge
+from ..mcp_client import prompt_scope
 from ..mcp_config import check_toolsets, remote_request
 from ..mcp_session import session_for
 
@@ -37,6 +38,7 @@ class MCPServers(Middleware):
         return any(isinstance(t, dict) and t.get("type") == "mcp_toolset" for t in tools)
 
     async def wrap_prompt(self, run: PromptRun, call_next: PromptNext) -> PromptResult[Any]:
+        _answer_sampling()
         settings = run.settings
         check_toolsets(
             settings.get("tools") or (),
@@ -59,4 +61,19 @@ class MCPServers(Middleware):
                 settings["betas"] = betas
                 # Not through Toolbox.add: toolsets have no "name" to tell them apart by.
                 run.tools.definitions.extend(toolsets)
-            return await call_next()
+            with prompt_scope(run):  # the servers' progress and logs reach this prompt's stream
+                return await call_next()
+
+
+def _answer_sampling() -> None:
+    """Let servers' sampling requests be answered by an agent (a layer above the client).
+
+    Here, not at import: every process makes this middleware on its first prompt, and
+    the `mcp` SDK these modules load costs half a second to import.
+    """
+    from .. import mcp_capabilities
+
+    if mcp_capabilities.SAMPLER is None:
+        from ..mcp_sampling import answer_sampling
+
+        mcp_capabilities.SAMPLER = answer_sampling

@@ -38,7 +38,13 @@ from typing import Any
 from ..agent import Middleware, PromptRun
 from ..thinking_blocks import THINKING_TYPES
 
-__all__ = ["MAX_BREAKPOINTS", "PromptCache", "min_cacheable_tokens"]
+__all__ = ["MAX_BREAKPOINTS", "REWRITTEN", "PromptCache", "min_cacheable_tokens"]
+
+#: A middleware that changes messages the previous request already held (a context
+#: TTL expiring a tool result, say) sets ``run.scratch[REWRITTEN] = True``: the default
+#: policy then treats the conversation as rewritten this turn, as it does a budget's
+#: trimming (which it sees for itself: the conversation no longer starts the same way).
+REWRITTEN = "conversation_rewritten"
 
 #: The most ``cache_control`` markers one request may carry (the API refuses more).
 MAX_BREAKPOINTS = 4
@@ -356,6 +362,7 @@ class PromptCache(Middleware):
         )
 
     async def before_model(self, run: PromptRun, request: dict[str, Any]) -> dict[str, Any]:
+        rewritten = run.scratch.pop(REWRITTEN, False)  # said for this turn only
         setting = run.settings.get("prompt_cache")
         if setting is True or setting == "5m" or setting == "1h":
             # Automatic caching: one top-level field, unless the caller's own is there
@@ -368,7 +375,7 @@ class PromptCache(Middleware):
             return request
         plan: Sequence[str]
         if setting is None:
-            plan, ttl = self._default_plan(run, request), "5m"
+            plan, ttl = self._default_plan(run, request, rewritten), "5m"
         elif isinstance(setting, Sequence) and not isinstance(setting, str):
             plan, ttl = [p for p in _PRIORITY if p in setting], "5m"
         else:
@@ -389,7 +396,9 @@ class PromptCache(Middleware):
                 room -= 1
         return request
 
-    def _default_plan(self, run: PromptRun, request: Mapping[str, Any]) -> list[str]:
+    def _default_plan(
+        self, run: PromptRun, request: Mapping[str, Any], rewritten: bool = False
+    ) -> list[str]:
         state: _State | None = run.scratch.get(_SCRATCH)
         if state is None or state.node is not run.node:  # a new attempt starts over
             state = run.scratch[_SCRATCH] = _State(run.node)
@@ -410,7 +419,7 @@ class PromptCache(Middleware):
         # A conversation rewritten this turn (a budget's sliding window, a summary) will
         # most likely be rewritten again next turn: what this turn wrote would never be
         # read, so a write would only cost 1.25x.
-        rewritten = state.rewritten(request.get("messages") or ())
+        rewritten = state.rewritten(request.get("messages") or ()) or rewritten
         if (
             (state.turn > _FIRST_CACHED_TURN - 1 or run.history)
             and not rewritten

@@ -23,6 +23,8 @@ from ..reflection import (
     ReflectionConfig,
     ReflectionContext,
     ReflectionEntry,
+    note_agent,
+    replace_entry,
     resolve_config,
     retry_with_reflection,
 )
@@ -42,6 +44,8 @@ class Reflection(Middleware):
     retries = True
 
     def active(self, run: PromptRun) -> bool:
+        if run.workflow is not None:  # workflow-level reflection asks this agent's model
+            note_agent(run.tree, run.agent)
         overrides = run.overrides
         if (  # nothing but the agent says: its own settings (`_config_for`'s last case)
             overrides.reflection is None
@@ -120,6 +124,11 @@ async def _attempts(
         if workflow is not None:
             workflow.reflection.record(entry)
 
+    def replace(entry: ReflectionEntry, updated: ReflectionEntry) -> None:
+        replace_entry(agent.reflection_history, entry, updated)
+        if workflow is not None:
+            workflow.reflection.replace(entry, updated)
+
     async def prepare(context: ReflectionContext, entry: ReflectionEntry) -> None:
         run.revise(*_revised(run.prompt, run.overrides, entry))
         run.emit(
@@ -140,6 +149,7 @@ async def _attempts(
         catches=lambda exc: isinstance(exc, AGENT_REFLECTABLE),
         describe=describe,
         record=record,
+        replace=replace,
         prepare=prepare,
     )
 

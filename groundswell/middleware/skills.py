@@ -1,8 +1,8 @@
 """``skills=[...]``: local `Skill` folders and API skills.
 
 A local skill's name and description join the system prompt and a
-``read_skill`` tool serves its body; API skill dicts go to the request's
-``container.skills``.
+``read_skill`` tool serves its instructions and the files of its folder;
+API skill dicts go to the request's ``container.skills``.
 """
 
 from __future__ import annotations
@@ -12,9 +12,11 @@ from typing import Any
 
 from ..agent import Middleware, PromptNext, PromptResult, PromptRun
 from ..errors import ConfigurationError
-from ..tools import Skill, skills_system_text, skills_tool
+from ..skills import Skill, skills_system_text, skills_tool, warn_missing_tools
 
 __all__ = ["Skills"]
+
+_LOCAL = "skills:local"
 
 
 class Skills(Middleware):
@@ -37,6 +39,7 @@ class Skills(Middleware):
         if local:
             run.add_system(skills_system_text(local))
             run.tools.add(skills_tool(local))
+            run.scratch[_LOCAL] = local
         if remote:
             container = run.settings.get("container")
             merged = dict(container) if isinstance(container, Mapping) else {}
@@ -45,3 +48,11 @@ class Skills(Middleware):
             merged["skills"] = [*merged.get("skills", []), *remote]
             run.settings["container"] = merged
         return await call_next()
+
+    async def before_model(self, run: PromptRun, request: dict[str, Any]) -> dict[str, Any]:
+        # Checked against the first request: only then are all tools there (MCP ones too).
+        local = run.scratch.pop(_LOCAL, None)
+        if local:
+            names = {t.get("name") for t in request.get("tools") or () if isinstance(t, Mapping)}
+            warn_missing_tools(local, {n for n in names if isinstance(n, str)})
+        return request

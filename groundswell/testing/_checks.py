@@ -31,7 +31,6 @@ from ..cache import (
     ToolCachePolicy,
     cache_entry,
     get_cache,
-    invalidate,
     lock_problem,
     request_cache_key,
 )
@@ -50,6 +49,7 @@ from ..hookspecs import (
 from ..plugins import flush_sinks, get_plugin_manager
 from ..prompt import Prompt, PromptOverrides
 from ..tokens import Counter, CountRequest
+from ..tool_cache import invalidate
 from ..tools import Tool
 from ..workflow import WorkflowContext, WorkflowResult, workflow
 from ._fake import FakeAnthropicAPI

@@ -11,12 +11,19 @@ works as is; PostgreSQL also needs a driver such as ``psycopg[binary]``).
   agents (of every agent when ``GROUNDSWELL_HISTORY_URL`` is set) into the
   store at `default_url`; `set_task` says which task a step
   works on.
-- ``Agent(tools=["history"])`` gives an agent ``query_past_sessions``, which
-  reads only that agent's own sessions.
+- `HistoryStore.retry_history`, ``failure_analysis`` and ``usage``: the
+  attempts at each task, failures by error type with what fixed them, and
+  how agents query their history.
+- ``Agent(tools=["history"])`` gives an agent ``query_past_sessions`` and
+  ``review_past_failures``, which read only that agent's own history;
+  `AGENT_GUIDE` tells it when and how.
 - ``Agent(context=["history"])`` adds `build_agent_prompt`'s section
   (its most relevant past sessions, error patterns and successful
-  approaches) to the agent's system prompt.
-- `create_app` is the HTTP API (``groundswell history serve``).
+  approaches) to the agent's system prompt, unless
+  ``GROUNDSWELL_HISTORY_INJECTION=0`` (`injection_enabled`).
+- `create_app` is the HTTP API (``groundswell history serve``): the
+  sessions API, introspection, retries, failures and usage; `session_record`
+  is the JSON form of a session it answers with.
 """
 
 from __future__ import annotations
@@ -38,27 +45,46 @@ from groundswell import (
     hookimpl,
 )
 
-from .injection import build_agent_prompt, provide
+from .improvement import AgentUsage, Attempt, FailureKind, Fix, TaskRetries
+from .injection import build_agent_prompt, injection_enabled, provide
 from .relevance import TaskSignature, relevance, task_signature
+from .serialize import session_record
 from .sink import HistorySink, set_task
-from .store import MEMORY_KINDS, HistoryStore, Memory, Session, StoreUnavailable, default_url
-from .tools import shared_store, toolset
+from .store import (
+    MEMORY_KINDS,
+    HistoryStore,
+    Memory,
+    Session,
+    SessionConflict,
+    StoreUnavailable,
+    default_url,
+)
+from .tools import AGENT_GUIDE, shared_store, toolset
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
 __all__ = [
+    "AGENT_GUIDE",
     "MEMORY_KINDS",
+    "AgentUsage",
+    "Attempt",
+    "FailureKind",
+    "Fix",
     "HistorySink",
     "HistoryStore",
     "Memory",
     "Session",
+    "SessionConflict",
     "StoreUnavailable",
+    "TaskRetries",
     "TaskSignature",
     "build_agent_prompt",
     "create_app",
     "default_url",
+    "injection_enabled",
     "relevance",
+    "session_record",
     "set_task",
     "shared_store",
     "task_signature",
@@ -80,7 +106,7 @@ def load_api() -> ModuleType:
 
 
 def create_app(store: HistoryStore | str | None = None, *, secret: bytes | None = None) -> FastAPI:
-    """The introspection HTTP API over ``store``; see `groundswell_history.api`."""
+    """The history HTTP API over ``store``; see `groundswell_history.api`."""
     made: FastAPI = load_api().create_app(store, secret=secret)
     return made
 
@@ -140,7 +166,7 @@ def register_tool_providers() -> ToolProvider:
     return ToolProvider(
         name="history",
         factory=toolset,
-        description="query_past_sessions: an agent's own past sessions, most relevant first",
+        description="query_past_sessions and review_past_failures: an agent's own history",
     )
 
 
@@ -160,5 +186,5 @@ def register_cli_commands() -> CliCommand:
     return CliCommand(
         name="history",
         factory=configure,
-        description="session history: serve the introspection API, issue agents' tokens",
+        description="session history: serve the history API, issue agents' and operators' tokens",
     )

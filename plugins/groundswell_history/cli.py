@@ -19,7 +19,9 @@ __all__ = ["configure"]
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add the ``history`` subcommands to ``parser``."""
     sub = parser.add_subparsers(dest="history_command", required=True, metavar="COMMAND")
-    serve = sub.add_parser("serve", help="serve GET /api/introspection/{agent_id} over HTTP")
+    serve = sub.add_parser(
+        "serve", help="serve the history API (sessions, introspection, retries, failures, usage)"
+    )
     serve.add_argument(
         "--url",
         help="SQLAlchemy URL of the history store (default: GROUNDSWELL_HISTORY_URL, "
@@ -34,8 +36,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="server log level (info)",
     )
     serve.set_defaults(func=_serve)
-    token = sub.add_parser("token", help="print the bearer token of one agent")
-    token.add_argument("agent_id", metavar="AGENT_ID", help="the agent's name")
+    token = sub.add_parser(
+        "token", help="print the bearer token of one agent (or, with --operator, an operator's)"
+    )
+    token.add_argument("agent_id", metavar="AGENT_ID", nargs="?", help="the agent's name")
+    token.add_argument(
+        "--operator",
+        metavar="NAME",
+        nargs="?",
+        const="operator",
+        help="issue an operator token instead, which opens every agent's sessions "
+        "(NAME shows in the query log; default 'operator')",
+    )
     token.set_defaults(func=_token)
 
 
@@ -69,10 +81,25 @@ def _existing_store(url: str) -> HistoryStore:
 
 
 def _token(args: argparse.Namespace) -> int:
-    api = load_api()
+    from .auth import issue_operator_token, issue_token
+
+    if args.operator is not None:
+        if args.agent_id is not None:
+            raise ConfigurationError(
+                "give AGENT_ID for an agent's token or --operator for an operator's, not both"
+            )
+        if not args.operator.strip():
+            raise ConfigurationError("--operator NAME must not be empty")
+        print(issue_operator_token(args.operator))
+        return 0
+    if args.agent_id is None:
+        raise ConfigurationError(
+            "say whose token: groundswell history token AGENT_ID "
+            "(or groundswell history token --operator)"
+        )
     if not args.agent_id.strip():
         raise ConfigurationError("AGENT_ID must not be empty")
-    print(api.issue_token(args.agent_id))
+    print(issue_token(args.agent_id))
     return 0
 
 

@@ -11,17 +11,22 @@ repeated to the model.
 The task is the one `set_task` set on the step (or
 workflow) the prompt runs in; without one, sessions rank by recency and
 outcome alone.
+
+``GROUNDSWELL_HISTORY_INJECTION=0`` turns the injection off for the whole
+process (`injection_enabled`): prompts then run without the section, and a
+``context_skipped`` event on each prompt node says why.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from groundswell import ContextRequest
+from groundswell import ConfigurationError, ContextRequest
 
 from .relevance import TaskSignature, task_signature
 from .sink import TASK_EVENT
@@ -36,7 +41,7 @@ from .store import (
 )
 from .tools import shared_store
 
-__all__ = ["SESSIONS", "build_agent_prompt", "provide"]
+__all__ = ["INJECTION_ENV", "SESSIONS", "build_agent_prompt", "injection_enabled", "provide"]
 
 #: How many past sessions the section lists.
 SESSIONS = 5
@@ -47,6 +52,27 @@ RETRY_AFTER = 30.0
 _down_until: dict[str, float] = {}
 _LINE = 240
 HEADING = "## Your history"
+#: The process-wide switch: ``0`` turns history injection off.
+INJECTION_ENV = "GROUNDSWELL_HISTORY_INJECTION"
+_ON, _OFF = ("", "1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def injection_enabled() -> bool:
+    """Whether ``Agent(context=["history"])`` adds history to system prompts in this process.
+
+    Read at each prompt from ``GROUNDSWELL_HISTORY_INJECTION``: unset, ``1``,
+    ``true``, ``yes`` or ``on`` is on; ``0``, ``false``, ``no`` or ``off`` is
+    off. Anything else raises `ConfigurationError`.
+    """
+    raw = os.environ.get(INJECTION_ENV, "").strip().lower()
+    if raw in _ON:
+        return True
+    if raw in _OFF:
+        return False
+    raise ConfigurationError(
+        f"{INJECTION_ENV}={raw!r} is not a switch: set it to 0 to keep history out of "
+        "system prompts, or 1 (the default) to inject it"
+    )
 
 
 def _task(task: Any) -> TaskSignature | str | None:
@@ -90,8 +116,8 @@ def _session_line(session: Session, score: float, now: float) -> str:
         outcome = f"failed: {_quoted(session.error)}"
     elif session.status == "running":
         outcome = "did not finish"
-    elif session.status == "cancelled":
-        outcome = "cancelled before it finished"
+    elif session.status == "terminated":
+        outcome = "terminated before it finished"
     else:
         outcome = f"completed: {_quoted(session.output_summary)}"
     asked = _short(str(session.metadata.get("user") or ""), 120)
@@ -172,9 +198,14 @@ def build_agent_prompt(
 async def provide(request: ContextRequest) -> str | None:
     """The ``history`` context provider: `build_agent_prompt` for the prompt's agent.
 
-    After the store fails, prompts go without history for ``RETRY_AFTER``
+    Nothing when `injection_enabled` says injection is off. After the store fails, prompts go without history for ``RETRY_AFTER``
     seconds instead of each waiting for the store again.
     """
+    if not injection_enabled():
+        request.tree.add_event(
+            request.node, "context_skipped", provider="history", reason=f"{INJECTION_ENV}=0"
+        )
+        return None
     url = default_url()
     waiting = _down_until.get(url, 0.0) - time.monotonic()
     if waiting > 0:

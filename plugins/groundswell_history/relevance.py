@@ -6,7 +6,7 @@ file patterns. Relevance (0 to 1) adds three parts:
 - signature: 0.5 for the same signature, 0.3 for a partial match (same
   category, a shared file pattern, or the same title), else 0;
 - recency: ``0.3 * exp(-0.1 * days)`` since the session started;
-- outcome: 0.2 completed, 0.1 running, 0 failed.
+- outcome: 0.2 completed, 0.1 running or terminated, 0 failed.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ __all__ = ["TaskSignature", "relevance", "scorer", "task_signature"]
 
 EXACT, PARTIAL = 0.5, 0.3
 RECENCY, DECAY_PER_DAY = 0.3, 0.1
-OUTCOME = {"completed": 0.2, "running": 0.1, "cancelled": 0.1, "failed": 0.0}
+OUTCOME = {"completed": 0.2, "running": 0.1, "terminated": 0.1, "failed": 0.0}
 _SPACES = re.compile(r"\s+")
 
 

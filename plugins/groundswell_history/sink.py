@@ -30,6 +30,7 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
+import groundswell
 from groundswell import ConfigurationError, Event
 
 from .store import HistoryStore, default_url, safe_url
@@ -122,7 +123,9 @@ class HistorySink:
         self._types: dict[str, str] = {}
         self._tasks: dict[str, dict[str, Any]] = {}
         self._inputs: dict[str, Any] = {}
-        self._sessions: set[str] = set()
+        # Each session being recorded, with its agent: its iterations and end are
+        # written only to that agent's row (a client may have made one with its id).
+        self._sessions: dict[str, str] = {}
         self._runs: dict[str, set[str]] = {}
         self.dropped = 0
         self.failures = 0
@@ -169,11 +172,11 @@ class HistorySink:
             if not (self.record_all or payload.get("history")) or self._inside_prompt(parent):
                 return
             task = self._task_for(parent)
-            self._sessions.add(node_id)
+            agent = self._sessions[node_id] = str(payload.get("agent") or data.get("name"))
             self._queue(
                 "start_session",
                 session_id=node_id,
-                agent_id=str(payload.get("agent") or data.get("name")),
+                agent_id=agent,
                 started_at=float(data.get("timestamp") or time.time()),
                 task_id=task.get("task_id"),
                 task_signature=task.get("task_signature"),
@@ -189,7 +192,8 @@ class HistorySink:
             )
         elif kind in _RECORDED and parent in self._sessions:
             started = float(data.get("timestamp") or time.time())
-            self._inputs[node_id] = (started, payload, str(data.get("name") or ""))
+            agent = self._sessions[str(parent)]
+            self._inputs[node_id] = (started, payload, str(data.get("name") or ""), agent)
 
     def _ended(self, run_id: str, data: Mapping[str, Any]) -> None:
         node_id = str(data["id"])
@@ -199,17 +203,17 @@ class HistorySink:
         error = data.get("error") or None
         error_text = f"{error.get('type')}: {error.get('message')}" if error else None
         if node_id in self._sessions:
-            self._sessions.discard(node_id)
             self._queue(
                 "end_session",
                 session_id=node_id,
-                status=status if status in ("completed", "cancelled") else "failed",
+                agent_id=self._sessions.pop(node_id),
+                status=_status(status),
                 ended_at=data.get("ended_at"),
                 output=payload.get("output"),
                 error=error_text,
             )
         elif node_id in self._inputs:
-            started, start_payload, name = self._inputs.pop(node_id)
+            started, start_payload, name, agent = self._inputs.pop(node_id)
             parent = str(self._parents.get(node_id))
             metrics = data.get("metrics") or {}
             if kind == "model_call":
@@ -217,11 +221,12 @@ class HistorySink:
                 self._queue(
                     "add_iteration",
                     session_id=parent,
+                    agent_id=agent,
                     kind="model_turn",
                     name=str(
                         response.get("model") or start_payload.get("request", {}).get("model")
                     ),
-                    status=status,
+                    status=_status(status),
                     output=response.get("text") or response.get("tool_calls") or None,
                     error=error_text,
                     started_at=started,
@@ -232,9 +237,10 @@ class HistorySink:
                 self._queue(
                     "add_iteration",
                     session_id=parent,
+                    agent_id=agent,
                     kind="tool_call",
                     name=name,
-                    status=status,
+                    status=_status(status),
                     input=start_payload.get("input"),
                     output=payload.get("output"),
                     error=error_text,
@@ -352,7 +358,7 @@ class HistorySink:
                     self.store_label(),
                     operation[0],
                     type(exc).__name__,
-                    str(exc).splitlines()[0] if str(exc) else "",
+                    groundswell.scrub(str(exc).splitlines()[0] if str(exc) else ""),
                 )
             else:
                 done += 1
@@ -366,7 +372,7 @@ class HistorySink:
             self._trim()
         self._retry_at = time.monotonic() + RETRY_S
         self.failures += 1
-        self.last_error = f"{type(exc).__name__}: {exc}"
+        self.last_error = f"{type(exc).__name__}: {groundswell.scrub(str(exc))}"
         if not self._outage:
             self._outage = True
             logger.warning(
@@ -409,6 +415,14 @@ class HistorySink:
             )
         if self._store is not None:
             self._store.close()
+
+
+def _status(node_status: str) -> str:
+    """A node's end status as the store's: a node its caller cancelled is ``terminated``
+    (the session-history harness's name), one revised afterwards still ``completed``."""
+    if node_status in ("completed", "revised"):
+        return "completed"
+    return "terminated" if node_status == "cancelled" else "failed"
 
 
 def _setting(name: str, given: float | None, default: float, *, whole: bool) -> float:

@@ -8,41 +8,63 @@ killed mid-write leaves a readable file.
 
 Everything stored passes through `groundswell.redact`, the scrubber every
 output uses, so credentials never reach the store.
+
+A session's status is ``running``, ``completed``, ``failed`` or
+``terminated`` (its caller cancelled it, or someone terminated it). A
+session's first end wins: ending one that has ended already changes nothing.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
-import re
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+import uuid
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 import groundswell
 from groundswell import ConfigurationError, GroundswellError
 
+from .improvement import ImprovementMethods
+from .memory import MEMORY_KINDS, Memory
 from .relevance import scorer
+from .schema import (
+    FINAL_STATUSES,
+    SCHEMA_VERSION,
+    STATUSES,
+    check_status,
+    clean,
+    end_row,
+    iteration_row,
+    migrate_rows,
+    session_row,
+    sqlite_pragmas,
+    summarize,
+    tables,
+)
+from .sessions import Session, SessionConflict, SessionEdits, session_from_row
 
 __all__ = [
+    "FINAL_STATUSES",
     "MEMORY_KINDS",
+    "SCHEMA_VERSION",
+    "STATUSES",
     "HistoryStore",
     "Memory",
     "Session",
+    "SessionConflict",
     "StoreUnavailable",
+    "clean",
     "default_url",
     "groundswell_home",
     "safe_url",
+    "summarize",
 ]
 
-SCHEMA_VERSION = 1
-MEMORY_KINDS = ("context", "learning", "preference", "error_pattern", "success_pattern")
-MemoryKind = Literal["context", "learning", "preference", "error_pattern", "success_pattern"]
-SUMMARY_CHARS = 2_000
+_MIGRATE_TRIES = 6  # schema creation raced by other stores (see HistoryStore.migrate)
 
 
 def _sqlalchemy() -> Any:
@@ -72,77 +94,53 @@ def default_url() -> str:
     return f"sqlite:///{groundswell_home() / 'history.db'}"
 
 
-def clean(value: Any) -> Any:
-    """``value`` made JSON-safe by `groundswell.redact` (the scrubber every output
-    uses), with NUL characters removed from its text (PostgreSQL cannot store them)."""
-    cleaned = groundswell.redact(value)
-    stripped = _no_nul(cleaned)
-    # Removing a NUL can join a secret back together ("pass\0word=..."): scrub again.
-    return stripped if stripped == cleaned else groundswell.redact(stripped)
+def safe_url(url: str) -> str:
+    """The URL without its password (for messages and logs).
+
+    The password is masked wherever it is: in the user part (even one holding
+    an unescaped ``@``), or as a ``password`` (or other secret-named) query
+    parameter. A URL SQLAlchemy cannot read is shown as ``<unparseable URL>``.
+    """
+    try:
+        from sqlalchemy.engine import make_url
+
+        parsed = make_url(url)
+    except Exception:  # not a URL SQLAlchemy reads (or SQLAlchemy is not installed)
+        return "<unparseable URL>"
+    mask = uuid.uuid4().hex  # URL-safe, so it renders as given; then it becomes the marker
+    host = parsed.host or ""
+    if "@" in host:
+        # An unescaped "@" in the password ("u:p@ss@host"): SQLAlchemy splits at the
+        # first "@", so the rest of the password would show as part of the host.
+        parsed = parsed.set(password=mask, host=host.rpartition("@")[2])
+    elif parsed.password is not None:
+        parsed = parsed.set(password=mask)
+    hidden = [
+        key
+        for key in parsed.query
+        if key.lower() in _PASSWORD_KEYS or groundswell.is_secret_key(key.lower())
+    ]
+    if hidden:
+        parsed = parsed.update_query_dict(dict.fromkeys(hidden, mask))
+    elif parsed.password is None:
+        return groundswell.scrub(url)  # as given: rendering would escape a SQLite path
+    shown = parsed.render_as_string(hide_password=False).replace(mask, _MARKER)
+    return groundswell.scrub(shown)
 
 
-def _no_nul(value: Any) -> Any:
-    if isinstance(value, str):
-        return value.replace("\x00", "")
-    if isinstance(value, dict):
-        return {k: _no_nul(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_no_nul(v) for v in value]
-    return value
+_PASSWORD_KEYS = frozenset({"password", "passwd", "pwd", "sslpassword"})
+_MARKER = "**********"  # what groundswell.scrub puts in place of a secret
 
 
-def summarize(value: Any, limit: int = SUMMARY_CHARS) -> str:
-    """A short, secret-free text for ``value`` (what the store keeps of inputs and outputs)."""
-    cleaned = clean(value)
-    text = cleaned if isinstance(cleaned, str) else json.dumps(cleaned, ensure_ascii=False)
-    return text if len(text) <= limit else f"{text[:limit]}… [{len(text) - limit} more characters]"
+# write_batch's operations: each builds the row its method writes.
+_ROWS: dict[str, Any] = {
+    "start_session": session_row,
+    "add_iteration": iteration_row,
+    "end_session": end_row,
+}
 
 
-@dataclass
-class Session:
-    """One recorded agent session: a top-level ``agent.prompt`` call and its turns."""
-
-    id: str
-    agent_id: str
-    status: str
-    started_at: float
-    ended_at: float | None = None
-    task_id: str | None = None
-    task_signature: str | None = None
-    title: str | None = None
-    category: str | None = None
-    file_patterns: list[str] = field(default_factory=list)
-    metadata: dict[str, Any] = field(default_factory=dict)
-    output_summary: str | None = None
-    error: str | None = None
-    run_id: str | None = None
-    iterations: list[dict[str, Any]] | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict (``iterations`` only when loaded)."""
-        data = {k: v for k, v in self.__dict__.items() if k != "iterations"}
-        if self.iterations is not None:
-            data["iterations"] = self.iterations
-        return data
-
-
-@dataclass
-class Memory:
-    """One thing an agent remembers."""
-
-    agent_id: str
-    key: str
-    content: str
-    kind: str
-    importance: float
-    access_count: int
-    created_at: float
-    last_accessed_at: float | None
-    expires_at: float | None
-    metadata: dict[str, Any] = field(default_factory=dict)
-
-
-class HistoryStore:
+class HistoryStore(SessionEdits, ImprovementMethods):
     """Sessions, iterations and memories of agents, in any SQLAlchemy database."""
 
     def __init__(self, url: str | None = None, *, echo: bool = False) -> None:
@@ -173,8 +171,8 @@ class HistoryStore:
                 f"history store: cannot use {safe_url(self.url)!r}: {exc}"
             ) from exc
         if self.engine.dialect.name == "sqlite":
-            sa.event.listen(self.engine, "connect", _sqlite_pragmas)
-        self._tables = _tables(sa)
+            sa.event.listen(self.engine, "connect", sqlite_pragmas)
+        self._tables = tables(sa)
         try:
             # Reach the server once before migrating, so an unreachable one fails
             # fast instead of going through migrate()'s retry.
@@ -217,10 +215,10 @@ class HistoryStore:
                     f"history store at {safe_url(self.url)!r} has schema version {found}, newer "
                     f"than this groundswell understands ({SCHEMA_VERSION}); upgrade groundswell"
                 )
-            # Version 1 is the first schema: there is nothing older to convert yet.
             if row is None:
                 conn.execute(info.insert().values(key="schema_version", value=str(SCHEMA_VERSION)))
             elif found < SCHEMA_VERSION:
+                migrate_rows(conn, found, self._tables)
                 conn.execute(
                     info.update()
                     .where(info.c.key == "schema_version")
@@ -238,7 +236,7 @@ class HistoryStore:
         """Release the database connections."""
         self.engine.dispose()
 
-    # -- sessions ----------------------------------------------------------------------
+    # -- recording ---------------------------------------------------------------------
 
     def start_session(
         self,
@@ -267,7 +265,10 @@ class HistoryStore:
         ``end_session``) in one transaction: all of them or none.
 
         The rows are built first and written with one multi-row statement per
-        table, so a batch of thousands costs a few statements, not thousands.
+        table, so a batch of thousands costs a few statements, not thousands. An
+        iteration or end given an ``agent_id`` is written only to that agent's
+        session of that id, and left out otherwise: a session someone else made
+        with a recorded session's id does not collect its iterations.
         """
         rows: dict[str, list[dict[str, Any]]] = {name: [] for name in _ROWS}
         for method, kwargs in operations:
@@ -280,12 +281,52 @@ class HistoryStore:
             if rows["start_session"]:
                 conn.execute(sessions.insert(), rows["start_session"])
             if rows["add_iteration"]:
-                self._number(conn, rows["add_iteration"], {r["id"] for r in rows["start_session"]})
-                conn.execute(iterations.insert(), rows["add_iteration"])
+                started = {r["id"]: r["agent_id"] for r in rows["start_session"]}
+                added = self._owned(conn, rows["add_iteration"], started)
+                self._number(conn, added, set(started))
+                if added:
+                    conn.execute(iterations.insert(), added)
             if rows["end_session"]:
-                # The SET clause comes from the rows' keys other than "session".
-                ended = sessions.update().where(sessions.c.id == sa.bindparam("session"))
-                conn.execute(ended, rows["end_session"])
+                # The SET clause comes from the rows' keys other than "session" and
+                # "agent"; only a running session ends, so a terminate that came first
+                # is kept.
+                running = (sessions.c.id == sa.bindparam("session")) & (
+                    sessions.c.status == "running"
+                )
+                owned = [r for r in rows["end_session"] if r["agent"] is not None]
+                anyone = [
+                    {k: v for k, v in r.items() if k != "agent"}
+                    for r in rows["end_session"]
+                    if r["agent"] is None
+                ]
+                if anyone:
+                    conn.execute(sessions.update().where(running), anyone)
+                if owned:
+                    mine = running & (sessions.c.agent_id == sa.bindparam("agent"))
+                    conn.execute(sessions.update().where(mine), owned)
+
+    def _owned(
+        self, conn: Any, rows: list[dict[str, Any]], started: Mapping[str, str]
+    ) -> list[dict[str, Any]]:
+        """The iteration rows (without their ``agent`` key) whose ``agent``, when given,
+        owns their session: the one started in this batch (``started``) or stored."""
+        sa = _sqlalchemy()
+        sessions = self._tables[2]
+        asked = sorted({r["session_id"] for r in rows if r["agent"] is not None} - set(started))
+        owners = dict(started)
+        for start in range(0, len(asked), 500):  # under every database's parameter limit
+            chunk = asked[start : start + 500]
+            found = conn.execute(
+                sa.select(sessions.c.id, sessions.c.agent_id).where(sessions.c.id.in_(chunk))
+            )
+            owners.update((sid, agent) for sid, agent in found)
+        kept = []
+        for row in rows:
+            agent = row.pop("agent")
+            owner = owners.get(row["session_id"])
+            if agent is None or owner is None or owner == agent:
+                kept.append(row)
+        return kept
 
     def _number(self, conn: Any, rows: list[dict[str, Any]], new: set[str]) -> None:
         """Give each iteration row its ``seq``: after the iterations its session already
@@ -308,14 +349,20 @@ class HistoryStore:
     def end_session(
         self,
         session_id: str,
-        status: Literal["completed", "failed", "cancelled"],
+        status: Literal["completed", "failed", "terminated"],
         *,
         ended_at: float | None = None,
         output: Any = None,
         error: str | None = None,
+        agent_id: str | None = None,
     ) -> None:
-        """Record how a session ended, with a secret-free summary of its output or error."""
+        """Record how a session ended, with a secret-free summary of its output or error.
+
+        A session that has ended already keeps its first end; with ``agent_id``,
+        only that agent's session of that id ends.
+        """
         fields: dict[str, Any] = {"ended_at": ended_at, "output": output, "error": error}
+        fields["agent_id"] = agent_id
         self.write_batch([("end_session", {"session_id": session_id, "status": status, **fields})])
 
     def add_iteration(
@@ -331,11 +378,18 @@ class HistoryStore:
         started_at: float | None = None,
         ended_at: float | None = None,
         usage: Mapping[str, int] | None = None,
+        agent_id: str | None = None,
     ) -> None:
-        """Record one iteration of a session: a model turn, a tool call or an error."""
+        """Record one iteration of a session: a model turn, a tool call or an error
+        (with ``agent_id``: only when the session is that agent's)."""
         fields: dict[str, Any] = {"name": name, "status": status, "input": input, "output": output}
         fields |= {"error": error, "started_at": started_at, "ended_at": ended_at, "usage": usage}
+        fields["agent_id"] = agent_id
         self.write_batch([("add_iteration", {"session_id": session_id, "kind": kind, **fields})])
+
+    # -- the sessions API's operations ---------------------------------------------------
+
+    # -- reading ---------------------------------------------------------------------
 
     def session(self, session_id: str, *, include_iterations: bool = True) -> Session | None:
         """One session by id, or ``None``."""
@@ -345,10 +399,15 @@ class HistoryStore:
             row = conn.execute(sa.select(sessions).where(sessions.c.id == session_id)).first()
             if row is None:
                 return None
-            found = _session(row)
+            found = session_from_row(row)
             if include_iterations:
                 found.iterations = self._iterations(conn, [found.id])[found.id]
         return found
+
+    def iterations(self, session_id: str) -> list[dict[str, Any]]:
+        """A session's iterations, in order (empty for an unknown session)."""
+        with self.engine.connect() as conn:
+            return self._iterations(conn, [session_id])[session_id]
 
     def sessions(
         self,
@@ -358,22 +417,74 @@ class HistoryStore:
         include_failures: bool = True,
         include_iterations: bool = False,
     ) -> list[Session]:
-        """An agent's sessions, newest first."""
+        """An agent's sessions, newest first (``include_failures=False``: without the
+        failed and terminated ones)."""
+        statuses = None if include_failures else ("completed", "running")
+        return self.list_sessions(
+            agent_id=agent_id,
+            status=statuses,
+            limit=limit,
+            include_iterations=include_iterations,
+        )
+
+    def _where(
+        self, agent_id: str | None, task_id: str | None, status: str | Collection[str] | None
+    ) -> Any:
         sa = _sqlalchemy()
         sessions = self._tables[2]
-        query = sa.select(sessions).where(sessions.c.agent_id == agent_id)
-        if not include_failures:
-            query = query.where(sessions.c.status != "failed")
-        query = query.order_by(sessions.c.started_at.desc())
+        where = sa.true()
+        if agent_id is not None:
+            where = where & (sessions.c.agent_id == agent_id)
+        if task_id is not None:
+            where = where & (sessions.c.task_id == task_id)
+        if isinstance(status, str):
+            where = where & (sessions.c.status == check_status(status))
+        elif status is not None:
+            where = where & sessions.c.status.in_([check_status(s) for s in status])
+        return where
+
+    def list_sessions(
+        self,
+        *,
+        agent_id: str | None = None,
+        task_id: str | None = None,
+        status: str | Collection[str] | None = None,
+        limit: int | None = None,
+        offset: int = 0,
+        include_iterations: bool = False,
+    ) -> list[Session]:
+        """Sessions, newest first, of one agent or all, filtered by task id and status."""
+        sa = _sqlalchemy()
+        sessions = self._tables[2]
+        query = (
+            sa.select(sessions)
+            .where(self._where(agent_id, task_id, status))
+            .order_by(sessions.c.started_at.desc(), sessions.c.id)
+            .offset(offset)
+        )
         if limit is not None:
             query = query.limit(limit)
         with self.engine.connect() as conn:
-            found = [_session(row) for row in conn.execute(query)]
+            found = [session_from_row(row) for row in conn.execute(query)]
             if include_iterations and found:
                 loaded = self._iterations(conn, [s.id for s in found])
                 for s in found:
                     s.iterations = loaded[s.id]
         return found
+
+    def count_sessions(
+        self,
+        *,
+        agent_id: str | None = None,
+        task_id: str | None = None,
+        status: str | Collection[str] | None = None,
+    ) -> int:
+        """How many sessions `list_sessions` would list with no limit."""
+        sa = _sqlalchemy()
+        sessions = self._tables[2]
+        query = sa.select(sa.func.count()).select_from(sessions)
+        with self.engine.connect() as conn:
+            return int(conn.execute(query.where(self._where(agent_id, task_id, status))).scalar())
 
     def relevant_sessions(
         self,
@@ -384,12 +495,15 @@ class HistoryStore:
         min_relevance: float = 0.5,
         include_iterations: bool = False,
         include_failures: bool = True,
+        include_running: bool = True,
         now: float | None = None,
         exclude: Sequence[str] = (),
     ) -> list[tuple[Session, float]]:
         """An agent's sessions scored by `relevance`, best first, at least ``min_relevance``.
 
-        ``exclude`` leaves out sessions by id (say, the one running now).
+        ``include_failures=False`` leaves out failed and terminated sessions,
+        ``include_running=False`` the running ones; ``exclude`` leaves out
+        sessions by id (say, the one running now).
         """
         if limit < 1:
             raise ValueError(f"limit must be at least 1, got {limit}")
@@ -410,9 +524,10 @@ class HistoryStore:
             sessions.c.category,
             sessions.c.file_patterns,
         )
-        query = sa.select(*columns).where(sessions.c.agent_id == agent_id)
-        if not include_failures:
-            query = query.where(sessions.c.status != "failed")
+        wanted = ["completed"]
+        wanted += ["failed", "terminated"] if include_failures else []
+        wanted += ["running"] if include_running else []
+        query = sa.select(*columns).where(self._where(agent_id, None, wanted))
         skip = set(exclude)
         score = scorer(task_signature, now)
         scored: list[tuple[float, float, str]] = []
@@ -429,7 +544,7 @@ class HistoryStore:
                 return []
             ids = [session_id for _, _, session_id in best]
             rows = {
-                row.id: _session(row)
+                row.id: session_from_row(row)
                 for row in conn.execute(sa.select(sessions).where(sessions.c.id.in_(ids)))
             }
             ranked = [(rows[sid], score) for score, _, sid in best if sid in rows]
@@ -469,167 +584,6 @@ class HistoryStore:
             found[item.pop("session_id")].append(item)
         return found
 
-    # -- memory ------------------------------------------------------------------------
-
-    def remember(
-        self,
-        agent_id: str,
-        key: str,
-        content: str,
-        *,
-        kind: MemoryKind = "context",
-        importance: float = 0.5,
-        ttl: float | None = None,
-        metadata: Mapping[str, Any] | None = None,
-    ) -> Memory:
-        """Store (or replace) what ``agent_id`` remembers under ``key``.
-
-        ``importance`` is 0 to 1; ``ttl`` (seconds) makes the memory expire.
-        """
-        if kind not in MEMORY_KINDS:
-            raise ValueError(f"memory kind must be one of {', '.join(MEMORY_KINDS)}; got {kind!r}")
-        if not 0.0 <= importance <= 1.0 or math.isnan(importance):
-            raise ValueError(f"importance must be between 0 and 1, got {importance}")
-        if ttl is not None and ttl <= 0:
-            raise ValueError(f"ttl must be seconds > 0, got {ttl}")
-        if not key or not isinstance(key, str):
-            raise ValueError(f"memory key must be a non-empty string, got {key!r}")
-        sa = _sqlalchemy()
-        memories = self._tables[4]
-        now = time.time()
-        values: dict[str, Any] = {
-            "content": summarize(content, limit=20_000),
-            "kind": kind,
-            "importance": float(importance),
-            "created_at": now,
-            "last_accessed_at": None,
-            "access_count": 0,
-            "expires_at": None if ttl is None else now + ttl,
-            "metadata": json.dumps(clean(dict(metadata or {}))),
-        }
-        where = (memories.c.agent_id == agent_id) & (memories.c.key == key)
-        with self.engine.begin() as conn:
-            updated = conn.execute(memories.update().where(where).values(**values)).rowcount
-            if not updated:
-                try:
-                    with conn.begin_nested():
-                        conn.execute(memories.insert().values(agent_id=agent_id, key=key, **values))
-                except sa.exc.IntegrityError:  # another writer inserted it first: replace theirs
-                    conn.execute(memories.update().where(where).values(**values))
-        return Memory(
-            agent_id=agent_id,
-            key=key,
-            content=values["content"],
-            kind=kind,
-            importance=values["importance"],
-            access_count=0,
-            created_at=now,
-            last_accessed_at=None,
-            expires_at=values["expires_at"],
-            metadata=json.loads(values["metadata"]),
-        )
-
-    def recall(self, agent_id: str, key: str) -> Memory | None:
-        """What ``agent_id`` remembers under ``key`` (counted as an access), or ``None``."""
-        sa = _sqlalchemy()
-        memories = self._tables[4]
-        now = time.time()
-        where = (memories.c.agent_id == agent_id) & (memories.c.key == key)
-        with self.engine.begin() as conn:
-            row = conn.execute(sa.select(memories).where(where)).first()
-            if row is None:
-                return None
-            if row.expires_at is not None and row.expires_at <= now:
-                conn.execute(memories.delete().where(where))
-                return None
-            conn.execute(
-                memories.update()
-                .where(where)
-                .values(access_count=memories.c.access_count + 1, last_accessed_at=now)
-            )
-        memory = _memory(row)
-        memory.access_count += 1
-        memory.last_accessed_at = now
-        return memory
-
-    def recall_all(
-        self,
-        agent_id: str,
-        *,
-        kind: MemoryKind | None = None,
-        min_importance: float = 0.0,
-        limit: int | None = None,
-    ) -> list[Memory]:
-        """An agent's live memories, most important first (then most recent)."""
-        sa = _sqlalchemy()
-        memories = self._tables[4]
-        now = time.time()
-        query = sa.select(memories).where(
-            (memories.c.agent_id == agent_id)
-            & (memories.c.importance >= min_importance)
-            & ((memories.c.expires_at.is_(None)) | (memories.c.expires_at > now))
-        )
-        if kind is not None:
-            query = query.where(memories.c.kind == kind)
-        query = query.order_by(memories.c.importance.desc(), memories.c.created_at.desc())
-        if limit is not None:
-            query = query.limit(limit)
-        with self.engine.connect() as conn:
-            return [_memory(row) for row in conn.execute(query)]
-
-    def forget(self, agent_id: str, key: str | None = None) -> int:
-        """Forget one memory (or, with no ``key``, all of an agent's); returns how many."""
-        memories = self._tables[4]
-        where = memories.c.agent_id == agent_id
-        if key is not None:
-            where = where & (memories.c.key == key)
-        with self.engine.begin() as conn:
-            return int(conn.execute(memories.delete().where(where)).rowcount)
-
-    def learn_error(
-        self, agent_id: str, error: str, *, fix: str | None = None, importance: float = 0.7
-    ) -> Memory:
-        """Remember an error pattern (and how it was fixed); the same error is one memory."""
-        content = error if fix is None else f"{error}\nFix: {fix}"
-        return self.remember(
-            agent_id,
-            f"error:{_digest(error)}",
-            content,
-            kind="error_pattern",
-            importance=importance,
-        )
-
-    def learn_success(
-        self,
-        agent_id: str,
-        approach: str,
-        *,
-        task_signature: str | None = None,
-        importance: float = 0.6,
-    ) -> Memory:
-        """Remember an approach that worked (for a task signature, when given)."""
-        return self.remember(
-            agent_id,
-            f"success:{_digest(approach)}",
-            approach,
-            kind="success_pattern",
-            importance=importance,
-            metadata={"task_signature": task_signature} if task_signature else None,
-        )
-
-    def purge_expired(self) -> int:
-        """Delete expired memories; returns how many."""
-        memories = self._tables[4]
-        now = time.time()
-        with self.engine.begin() as conn:
-            return int(
-                conn.execute(
-                    memories.delete().where(
-                        memories.c.expires_at.is_not(None) & (memories.c.expires_at <= now)
-                    )
-                ).rowcount
-            )
-
     def __repr__(self) -> str:
         return f"HistoryStore({safe_url(self.url)!r})"
 
@@ -638,199 +592,3 @@ class HistoryStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _digest(text: str) -> str:
-    return hashlib.sha256(text.strip().encode()).hexdigest()[:16]
-
-
-def _session_row(
-    session_id: str,
-    agent_id: str,
-    *,
-    started_at: float | None = None,
-    task_id: str | None = None,
-    task_signature: str | None = None,
-    title: str | None = None,
-    category: str | None = None,
-    file_patterns: Sequence[str] = (),
-    metadata: Mapping[str, Any] | None = None,
-    run_id: str | None = None,
-) -> dict[str, Any]:
-    return {
-        "id": session_id,
-        "agent_id": agent_id,
-        "status": "running",
-        "started_at": time.time() if started_at is None else started_at,
-        "ended_at": None,
-        "task_id": task_id,
-        "task_signature": str(task_signature) if task_signature else None,
-        "title": clean(title) if title else None,
-        "category": category,
-        "file_patterns": json.dumps(sorted(set(file_patterns))),
-        "metadata": json.dumps(clean(dict(metadata or {}))),
-        "output_summary": None,
-        "error": None,
-        "run_id": run_id,
-    }
-
-
-def _end_row(
-    session_id: str,
-    status: str,
-    *,
-    ended_at: float | None = None,
-    output: Any = None,
-    error: str | None = None,
-) -> dict[str, Any]:
-    return {
-        "session": session_id,
-        "status": status,
-        "ended_at": time.time() if ended_at is None else ended_at,
-        "output_summary": None if output is None else summarize(output),
-        "error": None if error is None else summarize(error),
-    }
-
-
-def _iteration_row(
-    session_id: str,
-    kind: str,
-    *,
-    name: str = "",
-    status: str = "completed",
-    input: Any = None,
-    output: Any = None,
-    error: str | None = None,
-    started_at: float | None = None,
-    ended_at: float | None = None,
-    usage: Mapping[str, int] | None = None,
-) -> dict[str, Any]:
-    return {
-        "session_id": session_id,
-        "kind": kind,
-        "name": name,
-        "status": status,
-        "input_summary": None if input is None else summarize(input),
-        "output_summary": None if output is None else summarize(output),
-        "error": None if error is None else summarize(error),
-        "started_at": started_at,
-        "ended_at": ended_at,
-        "usage": json.dumps(dict(usage or {})),
-    }
-
-
-# write_batch's operations: each builds the row its method writes.
-_ROWS: dict[str, Any] = {
-    "start_session": _session_row,
-    "add_iteration": _iteration_row,
-    "end_session": _end_row,
-}
-
-
-def safe_url(url: str) -> str:
-    """The URL without its password (for messages and logs)."""
-    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
-
-
-_WAL_TRIES = 20
-_MIGRATE_TRIES = 6  # schema creation raced by other stores (see HistoryStore.migrate)
-
-
-def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
-    # WAL lets readers and one writer work at once and survives a killed process;
-    # the busy timeout makes concurrent writers wait instead of failing.
-    import sqlite3
-
-    cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA busy_timeout=30000")
-    # Switching a new database to WAL needs it to itself, and SQLite answers
-    # "locked" at once (no busy wait) when another connection opens it at that
-    # moment, as a sink's store and a tool's do: try again for up to ~4 s.
-    for attempt in range(_WAL_TRIES):
-        try:
-            cursor.execute("PRAGMA journal_mode=WAL")
-            break
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or attempt == _WAL_TRIES - 1:
-                raise
-            time.sleep(0.02 * (attempt + 1))
-    cursor.execute("PRAGMA synchronous=NORMAL")
-    cursor.close()
-
-
-def _tables(sa: Any) -> tuple[Any, Any, Any, Any, Any]:
-    meta = sa.MetaData()
-    info = sa.Table(
-        "gs_history_info",
-        meta,
-        sa.Column("key", sa.String(64), primary_key=True),
-        sa.Column("value", sa.Text, nullable=False),
-    )
-    sessions = sa.Table(
-        "gs_sessions",
-        meta,
-        sa.Column("id", sa.String(64), primary_key=True),
-        sa.Column("agent_id", sa.Text, nullable=False, index=True),
-        sa.Column("status", sa.String(16), nullable=False),
-        sa.Column("started_at", sa.Float, nullable=False),
-        sa.Column("ended_at", sa.Float),
-        sa.Column("task_id", sa.Text),
-        sa.Column("task_signature", sa.String(64), index=True),
-        sa.Column("title", sa.Text),
-        sa.Column("category", sa.Text),
-        sa.Column("file_patterns", sa.Text, nullable=False, default="[]"),
-        sa.Column("metadata", sa.Text, nullable=False, default="{}"),
-        sa.Column("output_summary", sa.Text),
-        sa.Column("error", sa.Text),
-        sa.Column("run_id", sa.String(64)),
-    )
-    iterations = sa.Table(
-        "gs_iterations",
-        meta,
-        sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-        sa.Column(
-            "session_id",
-            sa.String(64),
-            sa.ForeignKey("gs_sessions.id", ondelete="CASCADE"),
-            nullable=False,
-            index=True,
-        ),
-        sa.Column("seq", sa.Integer, nullable=False),
-        sa.Column("kind", sa.String(32), nullable=False),
-        sa.Column("name", sa.Text, nullable=False, default=""),
-        sa.Column("status", sa.String(16), nullable=False),
-        sa.Column("input_summary", sa.Text),
-        sa.Column("output_summary", sa.Text),
-        sa.Column("error", sa.Text),
-        sa.Column("started_at", sa.Float),
-        sa.Column("ended_at", sa.Float),
-        sa.Column("usage", sa.Text, nullable=False, default="{}"),
-    )
-    memories = sa.Table(
-        "gs_memories",
-        meta,
-        sa.Column("agent_id", sa.Text, primary_key=True),
-        sa.Column("key", sa.Text, primary_key=True),
-        sa.Column("content", sa.Text, nullable=False),
-        sa.Column("kind", sa.String(32), nullable=False),
-        sa.Column("importance", sa.Float, nullable=False),
-        sa.Column("access_count", sa.Integer, nullable=False, default=0),
-        sa.Column("created_at", sa.Float, nullable=False),
-        sa.Column("last_accessed_at", sa.Float),
-        sa.Column("expires_at", sa.Float),
-        sa.Column("metadata", sa.Text, nullable=False, default="{}"),
-    )
-    return meta, info, sessions, iterations, memories
-
-
-def _session(row: Any) -> Session:
-    data = dict(row._mapping)
-    data["file_patterns"] = json.loads(data["file_patterns"] or "[]")
-    data["metadata"] = json.loads(data["metadata"] or "{}")
-    return Session(**data)
-
-
-def _memory(row: Any) -> Memory:
-    data = dict(row._mapping)
-    data["metadata"] = json.loads(data["metadata"] or "{}")
-    return Memory(**data)

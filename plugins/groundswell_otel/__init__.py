@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import groundswell
-from groundswell import ConfigurationError, EventSink, hookimpl
+from groundswell import AgentMiddleware, ConfigurationError, EventSink, hookimpl
 
 from . import attributes
 
@@ -98,6 +98,8 @@ class _Config:
 
 _config = _Config()
 _lock = threading.Lock()
+# The sink made last: MCP calls ask it for their span (`groundswell_otel._propagate`).
+_live: OTelSink | None = None
 
 
 def capture_from_env(content: bool | None = None, introspection: bool | None = None) -> Capture:
@@ -201,7 +203,15 @@ def _make_sink() -> OTelSink | None:
         capture = capture_from_env(_config.capture_content, _config.capture_introspection)
         # A provider made by instrument() belongs to the configuration, which may
         # outlive this sink; only one made here is this sink's to shut down.
-        return OTelSink(provider, capture=capture, owned=owned and _config.provider is None)
+        global _live
+        _live = OTelSink(provider, capture=capture, owned=owned and _config.provider is None)
+        return _live
+
+
+def live_sink() -> OTelSink | None:
+    """The sink exporting runs now, if any (a closed one is not)."""
+    sink = _live
+    return None if sink is None or sink._closed else sink
 
 
 def instrument(
@@ -264,6 +274,19 @@ def uninstrument() -> None:
         _config.capture_content = _config.capture_introspection = None
     groundswell.get_plugin_manager().refresh_sinks(SINK_NAME)
     _shutdown(previous)
+
+
+def _trace_context() -> Any:
+    from ._propagate import MCPTraceContext
+
+    return MCPTraceContext()
+
+
+@hookimpl
+def register_agent_middleware() -> Any:
+    return AgentMiddleware(
+        "otel_mcp", _trace_context, 330, True, "trace context to MCP servers (params._meta)"
+    )
 
 
 @hookimpl

@@ -26,8 +26,19 @@ from ._content import (
     output_messages,
     response_parts,
 )
+from ._mcp import SpanContexts, mcp_span
 from ._values import CONTENT_LIMIT as CONTENT_LIMIT
-from ._values import NUMBERS, Run, TreeNode, as_json, clip, ns, scalar_attributes, usage_attributes
+from ._values import (
+    NUMBERS,
+    Run,
+    TreeNode,
+    as_json,
+    clip,
+    event_attributes,
+    ns,
+    system_instructions,
+    usage_attributes,
+)
 
 logger = logging.getLogger("groundswell.otel")
 
@@ -93,6 +104,7 @@ class OTelSink:
         # In how many runs each node id is: a mounted tree can put one in two.
         self._runs_holding: dict[str, int] = {}
         self._closed = False
+        self.mcp_spans = SpanContexts()  # MCP calls in flight: trace context for their servers
 
     # -- event dispatch -----------------------------------------------------------
 
@@ -154,6 +166,7 @@ class OTelSink:
         )
         if self.capture.events:
             self._content_event(span, attrs, when)
+        self.mcp_spans.opened(node_type, node_id, span)
         before = run.nodes.get(node_id)
         if before is None:
             self._runs_holding[node_id] = self._runs_holding.get(node_id, 0) + 1
@@ -241,6 +254,8 @@ class OTelSink:
                 attrs[A.TOOLSET] = str(payload["toolset"])
             if content and "input" in payload:
                 attrs[A.GEN_AI_TOOL_CALL_ARGUMENTS] = as_json(self._clean(payload["input"]))
+            if node_type == "mcp_call" and isinstance(payload.get("mcp"), dict):
+                return mcp_span(name, payload["mcp"], attrs)
             return f"{A.OP_EXECUTE_TOOL} {name}", internal, attrs
         if node_type == "reflection":
             attrs = {A.OPENINFERENCE_SPAN_KIND: A.KIND_CHAIN}
@@ -269,19 +284,6 @@ class OTelSink:
             content = {k: attrs[k] for k in _CONTENT_KEYS if k in attrs}
             if content:
                 span.add_event(A.GEN_AI_CONTENT_EVENT, content, ns(when))
-
-    def _system(self, payload: dict[str, Any]) -> dict[str, Any]:
-        # The agent settles its system prompt (skills included) after the node
-        # starts, so it arrives with the end of the node.
-        if not payload.get("system"):
-            return {}
-        system = self._clean(payload["system"])
-        parts = (
-            [{"type": "text", "content": system}]
-            if isinstance(system, str)
-            else [{"type": "text", "content": b.get("text", "")} for b in system]
-        )
-        return {A.GEN_AI_SYSTEM_INSTRUCTIONS: as_json(parts)}
 
     def _prepare(self, value: Any) -> Any:
         # Content joining a conversation: secrets out, long strings clipped.
@@ -389,6 +391,7 @@ class OTelSink:
             )
             return
         span, node.span = node.span, None
+        self.mcp_spans.closed(node.type, data["id"])
         node.child_context = None  # later children start under the ended span's context
         node.run.open -= 1
         metrics = data.get("metrics") or {}
@@ -410,7 +413,7 @@ class OTelSink:
             if isinstance(metrics.get("turns"), int):
                 attrs[A.TURNS] = metrics["turns"]
             if self.capture.content:
-                attrs.update(self._system(payload))
+                attrs.update(system_instructions(payload, self._clean))
             if self.capture.content and "output" in payload:
                 output = as_json(self._clean(payload["output"]))
                 attrs[A.GEN_AI_OUTPUT_MESSAGES] = as_json(
@@ -482,7 +485,7 @@ class OTelSink:
                 conversation.add_user(str(event.get("reason") or "") or "Please continue.")
         if kind == "cache_hit" and node.type == "prompt" and node.span is not None:
             self._cache_hit_span(node, event, when)
-        attrs = scalar_attributes(self._clean(event))
+        attrs = event_attributes(self._clean(event), self.capture.content)
         if node.span is not None:
             node.span.add_event(kind, attrs, when)
         else:
@@ -566,6 +569,7 @@ class OTelSink:
     def close(self) -> None:
         """End spans still open, flush, and shut the provider down if this sink made it."""
         self._closed = True
+        self.mcp_spans.clear()
         for run in self._runs.values():
             self._close_run(run)
         self._runs.clear()

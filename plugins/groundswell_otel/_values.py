@@ -69,11 +69,31 @@ def as_json(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, default=str)
 
 
-def scalar_attributes(data: dict[str, Any]) -> dict[str, Any]:
+#: Fields of node events that hold conversation or user content (a server's log text, a
+#: question put to a person, a hook's message): exported only with content capture on.
+CONTENT_FIELDS: dict[str, frozenset[str]] = {
+    "mcp_log": frozenset({"data"}),
+    "mcp_progress": frozenset({"message"}),
+    "mcp_elicitation": frozenset({"message", "url", "reason", "error", "content"}),
+    "hook_system_message": frozenset({"message"}),
+    "stop_blocked": frozenset({"reason"}),
+    "permission_decision": frozenset({"message"}),
+    "session_title": frozenset({"title"}),
+}
+_NO_FIELDS: frozenset[str] = frozenset()
+
+
+def event_attributes(data: dict[str, Any], content: bool) -> dict[str, Any]:
+    """A node event's span-event attributes; its content fields only when ``content``."""
+    hidden = _NO_FIELDS if content else CONTENT_FIELDS.get(str(data.get("type")), _NO_FIELDS)
+    return scalar_attributes(data, hidden)
+
+
+def scalar_attributes(data: dict[str, Any], hidden: frozenset[str] = _NO_FIELDS) -> dict[str, Any]:
     # Event data as span-event attributes: plain scalars only, secrets already redacted.
     out: dict[str, Any] = {}
     for key, value in data.items():
-        if key in ("type", "timestamp"):
+        if key in ("type", "timestamp") or key in hidden:
             continue
         if isinstance(value, _SCALARS) or (isinstance(value, str) and len(value) <= 200):
             out[f"groundswell.{key}"] = value
@@ -95,3 +115,18 @@ def usage_attributes(usage: Any) -> dict[str, int]:
     if created:
         out[A.GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS] = created
     return out
+
+
+def system_instructions(payload: dict[str, Any], clean: Any) -> dict[str, Any]:
+    """A prompt's ``gen_ai.system_instructions`` (its system prompt, cleaned), if it had one."""
+    # The agent settles its system prompt (skills included) after the node
+    # starts, so it arrives with the end of the node.
+    if not payload.get("system"):
+        return {}
+    system = clean(payload["system"])
+    parts = (
+        [{"type": "text", "content": system}]
+        if isinstance(system, str)
+        else [{"type": "text", "content": b.get("text", "")} for b in system]
+    )
+    return {A.GEN_AI_SYSTEM_INSTRUCTIONS: as_json(parts)}

@@ -51,6 +51,15 @@ OP_EXECUTE_TOOL = "execute_tool"
 TOOL_TYPE_FUNCTION = "function"
 TOOL_TYPE_EXTENSION = "extension"  # MCP tools: run by a server outside the agent
 
+# -- mcp.* / network.* (OpenTelemetry MCP conventions), on the spans of MCP tool calls ---
+MCP_METHOD_NAME = "mcp.method.name"
+MCP_SESSION_ID = "mcp.session.id"
+MCP_PROTOCOL_VERSION = "mcp.protocol.version"
+NETWORK_TRANSPORT = "network.transport"
+MCP_TOOLS_CALL = "tools/call"
+NETWORK_PIPE = "pipe"  # stdio
+NETWORK_TCP = "tcp"  # HTTP
+
 # -- error.* / exception.* (general conventions) ---------------------------------------
 ERROR_TYPE = "error.type"
 EXCEPTION_EVENT = "exception"
@@ -85,6 +94,10 @@ CACHE_HIT = "groundswell.cache.hit"
 CACHE_KEY = "groundswell.cache.key"
 CACHE_AGE_S = "groundswell.cache.age_s"
 TOOLSET = "groundswell.toolset"
+# On an MCP call's span: the tool's name as the model called it (mcp__<server>__<tool>),
+# where gen_ai.tool.name is the server's own; and the server's name.
+TOOL_NAME = "groundswell.tool.name"
+MCP_SERVER = "groundswell.mcp.server"
 REFLECTION_LEVEL = "groundswell.reflection.level"
 REFLECTION_STRATEGY = "groundswell.reflection.strategy"
 REFLECTION_FAILED_NODE = "groundswell.reflection.failed_node_id"

@@ -10,8 +10,12 @@ Which model answers:
 
 - agent and prompt level: ``ReflectionConfig(model=...)`` if set, else the
   failing agent's own model, through the failing agent's own client;
-- workflow level: ``Workflow(reflection_agent=...)`` (with
-  ``ReflectionConfig.model`` as a model override when set).
+- workflow level: ``Workflow(reflection_agent=...)``, asked as it is (with
+  ``ReflectionConfig.model`` as a model override when set); without one, the
+  model and client of the agent behind the failure (the agent of the failed
+  step's last prompt), as at agent level. When the step ran no agent prompt
+  either, the kernel uses ``feedback`` and records a ``strategy_fallback``
+  event saying so.
 
 The analysis call is a ``prompt`` node (with its ``model_call``) inside the
 ``reflection`` node. When it fails (an API error, a timeout, an answer that
@@ -118,7 +122,8 @@ class LLMReflector:
 
     async def reflect(self, context: ReflectionContext) -> ReflectionResult:
         """Ask for a `ReflectionAnalysis` and turn it into a ``ReflectionResult``."""
-        if context.agent is None:
+        asked, failing = context.reflection_agent, context.agent
+        if asked is None and failing is None:
             # The kernel switches to ``feedback`` when there is no agent; be safe anyway.
             return ReflectionResult(should_retry=True, reason=context.error_text)
         prompt = Prompt(
@@ -133,17 +138,16 @@ class LLMReflector:
         overrides = PromptOverrides(
             enable_reflection=False, disable_cache=True, model=context.config.model
         )
-        if context.level == "workflow":
-            if context.agent.config.get("system") is None:
+        if asked is not None:  # the workflow's reflection_agent, asked as it is
+            if asked.config.get("system") is None:
                 overrides = PromptOverrides(
                     enable_reflection=False,
                     disable_cache=True,
                     model=context.config.model,
                     system=SYSTEM_PROMPT,
                 )
-            answer = await context.agent.prompt(prompt, overrides)
-        else:
-            failing = context.agent
+            answer = await asked.prompt(prompt, overrides)
+        elif failing is not None:  # the failing agent's model and client, our instructions
             # Imported here: anthropic takes a second to import, and loading the
             # plugin must stay cheap for every host (the CLI above all).
             from groundswell import Agent
