@@ -336,7 +336,7 @@ async def through_cache(
     tree: EventTree,
     node: EventNode,
     ttl: float | None = None,
-    defer: Callable[[Callable[[], Awaitable[None]]], None] | None = None,
+    defer: Callable[[Callable[[], Awaitable[None]], Callable[[], Any]], None] | None = None,
 ) -> tuple[T, bool]:
     """Return ``(value, hit)``: the cached value for ``key``, or ``produce()``'s, stored.
 
@@ -407,13 +407,23 @@ async def through_cache(
 
         if defer is None:
             await store()
-        else:
-            if held is not None:
-                # An attempt that fails later drops its deferred work, store with it:
-                # then let go at once, so other processes need not wait for the lease.
-                weakref.finalize(store, held.abandoned, asyncio.get_running_loop())
-            defer(store)
-        inflight.land(slot, flight, encoded)
+            inflight.land(slot, flight, encoded)
+            return value, False
+        if held is not None:
+            # An attempt that fails later drops its deferred work, store with it:
+            # then let go at once, so other processes need not wait for the lease.
+            weakref.finalize(store, held.abandoned, asyncio.get_running_loop())
+
+        async def store_and_land() -> None:
+            try:
+                await store()
+            finally:
+                inflight.land(slot, flight, encoded)
+
+        # The flight lands once the answer is stored: a caller coming in between
+        # would find neither the flight nor the entry, and ask the model again. If
+        # the attempt fails instead, those waiting answer for themselves.
+        defer(store_and_land, functools.partial(inflight.land, slot, flight, inflight.RETRY))
         return value, False
     except Exception as exc:
         inflight.land(slot, flight, error=exc)

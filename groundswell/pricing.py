@@ -28,9 +28,10 @@ from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from .errors import ConfigurationError, TokenBudgetExceeded
-from .node import EventNode, NodeType, child_nodes, metrics_of
+from .node import EventNode, NodeType, metrics_of
 
 __all__ = [
+    "UNCHARGED",
     "DollarLimits",
     "Price",
     "Rates",
@@ -90,6 +91,8 @@ _overrides: dict[str, Price] = {}
 # One lock for the table and for adding costs up: sync steps run in worker threads.
 _lock = threading.Lock()
 _SUMMED = frozenset({NodeType.PROMPT, NodeType.STEP, NodeType.WORKFLOW})
+#: `PromptRun.spent` before any model call of the attempt is charged (a cost is never < 0).
+UNCHARGED = -1.0
 
 
 def set_prices(
@@ -378,9 +381,10 @@ class DollarLimits:
 
 def charge(
     node: EventNode, prompt: EventNode, model: str, usage: Mapping[str, int], reported: Any
-) -> None:
+) -> float | None:
     """Record what the model call ``node`` cost (``None``: unknown) on it, on its
-    ``prompt`` and in the spend scopes it runs in (`settle` takes it further up)."""
+    ``prompt`` and in the spend scopes it runs in, and return it (`settle` takes the
+    prompt's further up)."""
     price = _prices.get(model, _MISSING)
     if price is _MISSING:
         price = _resolve(model)
@@ -398,20 +402,17 @@ def charge(
             else:
                 spend.usd += cost
             spend = spend.outer
+    return cost
 
 
-def settle(tree: Any, prompt: EventNode, usage: Mapping[str, int]) -> None:
-    """As ``prompt`` ends: add what its own model calls cost to the prompt, step and
-    workflow nodes above it (a prompt nested in it has added its own already), and
-    their tokens (``usage``, the attempt's own) to the steps and workflows above it."""
-    own: float | None = 0.0
-    for child in child_nodes(prompt):
-        if child.type is NodeType.MODEL_CALL:
-            cost = metrics_of(child).get("cost_usd", 0.0)
-            own = None if own is None or cost is None else own + cost
+def settle(tree: Any, prompt: EventNode, usage: dict[str, int], own: float | None) -> None:
+    """As ``prompt`` ends: add ``own``, what its own model calls cost (the sum of what
+    `charge` returned), to the prompt, step and workflow nodes above it (a prompt nested
+    in it has added its own already), and ``usage`` (the attempt's own tokens) to the
+    steps and workflows above it."""
     if own != 0.0 or usage:
         with _lock:
-            _add_up(tree, prompt, own, dict(usage))
+            _add_up(tree, prompt, own, usage)
 
 
 def _count(total: dict[str, int], usage: Any) -> None:

@@ -326,3 +326,59 @@ async def test_a_prompt_failing_after_its_answer_lets_go_of_the_lock_at_once() -
         await asyncio.sleep(0)  # the unlock runs in the background
     assert cache.locks == {} and cache.calls[-1] == "unlock"
     assert "set" not in cache.calls  # an answer its prompt refused is never stored
+
+
+async def test_a_caller_arriving_while_the_answer_waits_to_be_stored_does_not_ask_again() -> None:
+    # The answer is stored only once the attempt has succeeded as a whole (after the
+    # layers around the cache, here a slow one). A caller coming in that window used to
+    # find neither the call in flight nor the entry, and asked the model a second time.
+    from groundswell import Middleware
+
+    answered = asyncio.Event()
+
+    class SlowAfter(Middleware):
+        order = 250  # around the cache (300): its work comes before the answer is stored
+
+        async def wrap_prompt(self, run: Any, call_next: Any) -> Any:
+            result = await call_next()
+            answered.set()
+            await asyncio.sleep(0.3)
+            return result
+
+    fake = FakeAnthropicAPI([text("only once")] * 3)
+    agent = Agent(name="window", client=fake.client(), cache=LRUCache(), middleware=[SlowAfter()])
+    first = asyncio.create_task(agent.run("same"))
+    await answered.wait()  # the first caller has its answer and is in the slow layer
+    second = await agent.run("same")
+    assert (await first).output == second.output == "only once"
+    assert len(fake.requests) == 1
+    assert second.node.metrics["cache"] == "hit"
+
+
+async def test_a_caller_waiting_on_an_answer_its_attempt_then_refuses_asks_for_itself() -> None:
+    from groundswell import Middleware
+
+    answered = asyncio.Event()
+
+    class RefuseFirst(Middleware):
+        order = 250
+        refused = False
+
+        async def wrap_prompt(self, run: Any, call_next: Any) -> Any:
+            result = await call_next()
+            answered.set()
+            await asyncio.sleep(0.3)
+            if not RefuseFirst.refused:
+                RefuseFirst.refused = True
+                raise ValueError("the first answer is refused after the model gave it")
+            return result
+
+    fake = FakeAnthropicAPI([text("first"), text("second")])
+    agent = Agent(name="refuse", client=fake.client(), cache=LRUCache(), middleware=[RefuseFirst()])
+    first = asyncio.create_task(agent.run("same"))
+    await answered.wait()
+    second = await agent.run("same")  # waits on the first, which then fails
+    with pytest.raises(Exception, match="refused after the model gave it"):
+        await first
+    assert second.output == "second"  # never the refused answer, never a hang
+    assert len(fake.requests) == 2

@@ -309,6 +309,10 @@ def test_a_real_ctrl_c_inside_an_async_tool_still_stops_the_run(tmp_path: Any) -
         tmp_path,
         BUSY_TOOL
         + """
+# A process started where SIGINT is ignored (a background job, some CI runners) inherits
+# that, and then interrupt_main() does nothing: give it Python's usual handler, as a
+# program run from a terminal has.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 threading.Timer(0.5, _thread.interrupt_main).start()  # as a Ctrl-C does
 loop = asyncio.new_event_loop()
 print(loop.run_until_complete(agent.prompt("go")))

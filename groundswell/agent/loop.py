@@ -25,7 +25,7 @@ from ..errors import (
     ToolError,
 )
 from ..model import api_error, call_model, is_retryable_stream_error
-from ..pricing import cache_share, charge, settle
+from ..pricing import UNCHARGED, cache_share, charge, settle
 from ..run_context import Frame, current_frame, enter_frame, reset_frame, set_frame
 from ..tools import ToolContext, ToolFailed, is_interrupt, tool_error_text, tool_result_content
 from ..tree import NodeStatus, NodeType
@@ -191,10 +191,13 @@ async def _attempt(run: PromptRun, layers: Layers) -> PromptResult[Any]:
         if run.has_deferred:
             await run.run_deferred()
     except BaseException as exc:
+        if run.has_deferred:
+            run.drop_deferred()
         metrics["usage"] = usage
         cache_share(metrics, usage)
-        if "cost_usd" in metrics:
-            settle(tree, node, usage)
+        spent = run.spent
+        if spent != UNCHARGED or "cost_usd" in metrics:
+            settle(tree, node, usage, 0.0 if spent == UNCHARGED else spent)
         _record_system(run)
         tree.end_node_after(node, exc)
         raise
@@ -202,8 +205,9 @@ async def _attempt(run: PromptRun, layers: Layers) -> PromptResult[Any]:
         reset_frame(token)
     metrics["usage"] = usage
     cache_share(metrics, usage)
-    if "cost_usd" in metrics:  # what it cost, added to the steps and workflows above
-        settle(tree, node, usage)
+    spent = run.spent
+    if spent != UNCHARGED or "cost_usd" in metrics:  # what it cost, added up the tree
+        settle(tree, node, usage, 0.0 if spent == UNCHARGED else spent)
     metrics["turns"] = result.turns
     if run.system:  # `_record_system`, inline on the way every prompt takes
         node.payload["system"] = jsonable(run.system)
@@ -426,7 +430,10 @@ async def _model_turn(run: PromptRun, params: dict[str, Any]) -> tuple[Any, list
         metrics = node.metrics
         metrics["usage"] = turn_usage
         if turn_usage:  # its cost, on the node and its prompt (`settle` goes further up)
-            charge(node, parent, model, turn_usage, reported)
+            cost = charge(node, parent, model, turn_usage, reported)
+            spent = run.spent
+            if spent is not None:
+                run.spent = None if cost is None else (cost if spent == UNCHARGED else spent + cost)
         metrics["attempt"] = attempt
         content = [_block(b) for b in message.content]
         texts: list[str] = []

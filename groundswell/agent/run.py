@@ -18,6 +18,7 @@ from ..errors import ConfigurationError, GroundswellError, PluginError
 from ..model import build_request
 from ..node import metrics_of
 from ..plugins import get_plugin_manager
+from ..pricing import UNCHARGED
 from ..tools import Tool, ToolHandler, tool_for
 from ..tree import EventNode, EventTree
 
@@ -234,6 +235,7 @@ class PromptRun:
         "retry_note",
         "scratch",
         "settings",
+        "spent",
         "system",
         "tools",
         "tree",
@@ -279,6 +281,9 @@ class PromptRun:
         self.system: Any = None
         self.tools = Toolbox()
         self.usage: dict[str, int] = {}
+        #: What this attempt's own model calls cost in USD (``None``: one had no price);
+        #: `UNCHARGED` until one is charged.
+        self.spent: float | None = UNCHARGED
         self.scratch: dict[str, Any] = {}
         #: The attempt running now when a middleware retries the prompt (1 for the
         #: first), else ``None``; recorded on the prompt node as ``metrics["attempt"]``.
@@ -289,7 +294,7 @@ class PromptRun:
         #: What the next attempt adds: a note after the user text, and messages after it.
         self.retry_note: str | None = None
         self.retry_messages: tuple[dict[str, Any], ...] = ()
-        self._deferred: list[Callable[[], Awaitable[Any]]] = []
+        self._deferred: list[tuple[Callable[[], Awaitable[Any]], Callable[[], Any] | None]] = []
         self._continuation: tuple[str, str] | None = None
         self._listeners: list[Callable[[str, str], None]] = []
 
@@ -353,13 +358,16 @@ class PromptRun:
         self.overrides = overrides if overrides is not None else self.overrides
         self.base_settings = self.agent.settings_for(self.prompt, self.overrides)
 
-    def defer(self, action: Callable[[], Awaitable[Any]]) -> None:
+    def defer(
+        self, action: Callable[[], Awaitable[Any]], dropped: Callable[[], Any] | None = None
+    ) -> None:
         """Run ``await action()`` once the current attempt has succeeded as a whole.
 
         For work that must not happen when a later layer fails the attempt,
-        e.g. storing an answer that extraction then refuses.
+        e.g. storing an answer that extraction then refuses. ``dropped()`` is
+        called instead when the attempt fails (or is cancelled).
         """
-        self._deferred.append(action)
+        self._deferred.append((action, dropped))
 
     def notify(self, kind: str, message: str) -> None:
         """Tell the prompt's listeners (`listen`) that it waits: ``kind`` says for what.
@@ -391,9 +399,10 @@ class PromptRun:
         """Start an attempt under ``node``: fresh settings, usage and conversation state."""
         if self._node is not None:  # a retry: nothing of the failed attempt carries over
             self.usage = {}
+            self.spent = UNCHARGED
             self.messages = []
             self.tools = Toolbox()
-            self._deferred = []
+            self.drop_deferred()
             self._continuation = None
             if self._given_history:
                 self.history = list(self._given_history)
@@ -425,8 +434,17 @@ class PromptRun:
     async def run_deferred(self) -> None:
         """Run the actions `defer` collected for the attempt that just succeeded."""
         actions, self._deferred = self._deferred, []
-        for action in actions:
-            await action()
+        for i, (action, _) in enumerate(actions):
+            try:
+                await action()
+            except BaseException:
+                _drop(actions[i + 1 :])
+                raise
+
+    def drop_deferred(self) -> None:
+        """The attempt failed: call what `defer` was given to call instead of each action."""
+        actions, self._deferred = self._deferred, []
+        _drop(actions)
 
     def __repr__(self) -> str:
         return f"PromptRun(agent={self.agent.name!r}, attempt={self.attempt})"
@@ -533,3 +551,9 @@ def _content_blocks(content: Any, at: str) -> list[Mapping[str, Any]]:
     raise ConfigurationError(
         f"{at}.content must be a non-empty string or list of content blocks, got {content!r:.60}"
     )
+
+
+def _drop(actions: list[tuple[Any, Callable[[], Any] | None]]) -> None:
+    for _, dropped in actions:
+        if dropped is not None:
+            dropped()
