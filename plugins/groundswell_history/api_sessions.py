@@ -28,7 +28,6 @@ from .api_models import (
     TerminateRequest,
     unix_time,
 )
-from .auth import Caller
 from .relevance import task_signature
 from .serialize import iteration_record
 from .store import Session, SessionConflict
@@ -59,10 +58,17 @@ def add_session_routes(app: FastAPI, gate: Gate) -> None:
         return JSONResponse(cleaned, status_code=status) if status != 200 else cleaned
 
     def owned(
-        request: Request, caller: Caller, session_id: str, record: dict[str, Any], *, full: bool
+        request: Request, credentials: Any, session_id: str, record: dict[str, Any], *, full: bool
     ) -> Session | JSONResponse:
-        """The session when the caller may see it; else the 404 refusal."""
-        found = store.session(session_id, include_iterations=full)
+        """The session when the request's caller may see it; else the refusal to answer
+        (401/403 for the token, 404, or 503 when the store cannot be read)."""
+        caller = gate.caller(request, credentials, record)
+        if isinstance(caller, JSONResponse):
+            return caller
+        try:
+            found = store.session(session_id, include_iterations=full)
+        except STORE_ERRORS as exc:
+            return gate.unavailable(request, exc, record)
         if found is None or not caller.may_see(found.agent_id):
             whose = "" if caller.operator else f" among agent {caller.name!r}'s sessions"
             return gate.refuse(request, 404, f"no session {session_id!r}{whose}", record)
@@ -135,13 +141,7 @@ def add_session_routes(app: FastAPI, gate: Gate) -> None:
         request: Request, session_id: SessionId, credentials: Credentials = None
     ) -> Any:
         record: dict[str, Any] = {"route": "get", "session_id": session_id}
-        caller = gate.caller(request, credentials, record)
-        if isinstance(caller, JSONResponse):
-            return caller
-        try:
-            found = owned(request, caller, session_id, record, full=True)
-        except STORE_ERRORS as exc:
-            return gate.unavailable(request, exc, record)
+        found = owned(request, credentials, session_id, record, full=True)
         if isinstance(found, JSONResponse):
             return found
         return answer(request, record, found.to_dict())
@@ -156,13 +156,7 @@ def add_session_routes(app: FastAPI, gate: Gate) -> None:
         request: Request, session_id: SessionId, credentials: Credentials = None
     ) -> Any:
         record: dict[str, Any] = {"route": "iterations", "session_id": session_id}
-        caller = gate.caller(request, credentials, record)
-        if isinstance(caller, JSONResponse):
-            return caller
-        try:
-            found = owned(request, caller, session_id, record, full=True)
-        except STORE_ERRORS as exc:
-            return gate.unavailable(request, exc, record)
+        found = owned(request, credentials, session_id, record, full=True)
         if isinstance(found, JSONResponse):
             return found
         items = [iteration_record(i) for i in found.iterations or ()]
@@ -240,17 +234,14 @@ def add_session_routes(app: FastAPI, gate: Gate) -> None:
         credentials: Credentials = None,
     ) -> Any:
         record: dict[str, Any] = {"route": "update", "session_id": session_id}
-        caller = gate.caller(request, credentials, record)
-        if isinstance(caller, JSONResponse):
-            return caller
+        found = owned(request, credentials, session_id, record, full=False)
+        if isinstance(found, JSONResponse):
+            return found
         given = body.model_fields_set
         changes: dict[str, Any] = {
             name: getattr(body, name) for name in ("summary", "error", "task_id") if name in given
         }
         try:
-            found = owned(request, caller, session_id, record, full=False)
-            if isinstance(found, JSONResponse):
-                return found
             updated = store.update_session(
                 session_id,
                 status=body.status,
@@ -282,13 +273,10 @@ def add_session_routes(app: FastAPI, gate: Gate) -> None:
         credentials: Credentials = None,
     ) -> Any:
         record: dict[str, Any] = {"route": "terminate", "session_id": session_id}
-        caller = gate.caller(request, credentials, record)
-        if isinstance(caller, JSONResponse):
-            return caller
+        found = owned(request, credentials, session_id, record, full=False)
+        if isinstance(found, JSONResponse):
+            return found
         try:
-            found = owned(request, caller, session_id, record, full=False)
-            if isinstance(found, JSONResponse):
-                return found
             ended = store.terminate_session(session_id, reason=body.reason if body else None)
         except SessionConflict as exc:
             return conflict(request, exc, record)
