@@ -8,10 +8,13 @@ Results go to ``DIR/agent.json``.
 from __future__ import annotations
 
 import asyncio
+import json
 import statistics
 import time
 from typing import Any
 
+import anthropic
+import httpx2
 from _report import output_dir, write
 
 from groundswell import Agent, WorkflowContext, workflow
@@ -27,10 +30,51 @@ def fake() -> FakeAnthropicAPI:
     return FakeAnthropicAPI(lambda request: text("pong"))
 
 
-async def sequential() -> dict[str, Any]:
-    """Per-call latency, the three forms interleaved call by call so drift hits all alike."""
-    api = fake()
-    client = api.client(max_retries=0)
+_CANNED = json.dumps(
+    {
+        "id": "msg_bench",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-sonnet-4-6",
+        "content": [{"type": "text", "text": "pong"}],
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": {
+            "input_tokens": 5,
+            "output_tokens": 1,
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": 0,
+        },
+    }
+).encode()
+
+
+def canned_client() -> anthropic.AsyncAnthropic:
+    """A real client whose transport answers every request with one fixed reply at once.
+
+    The overhead measured through it is the framework's alone: no fake reads the
+    request, so a fake that checks more (newer checkouts do) cannot move the figure.
+    """
+
+    def answer(request: httpx2.Request) -> httpx2.Response:
+        headers = {"content-type": "application/json", "request-id": "req_bench"}
+        return httpx2.Response(200, content=_CANNED, headers=headers)
+
+    transport = httpx2.MockTransport(answer)
+    return anthropic.AsyncAnthropic(
+        api_key="bench",
+        base_url="http://canned.invalid",
+        max_retries=0,
+        http_client=httpx2.AsyncClient(transport=transport),
+    )
+
+
+async def sequential(transport: str = "fake") -> dict[str, Any]:
+    """Per-call latency, the three forms interleaved call by call so drift hits all alike.
+
+    ``transport``: ``"fake"`` (the in-process fake API) or ``"canned"`` (`canned_client`).
+    """
+    client = fake().client(max_retries=0) if transport == "fake" else canned_client()
     agent = Agent(name="bench", client=client, max_tokens=16)
     raw: list[int] = []
     in_step: list[int] = []

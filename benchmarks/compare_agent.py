@@ -9,7 +9,12 @@ to this one and compare::
 Each tree's ``groundswell`` (and bundled plugins) is imported in its own
 subprocess, alternating several times so that drift of the machine hits both
 alike; both run this checkout's ``bench_agent.sequential`` measurement, which
-uses the public API only. Results go to ``DIR/compare_agent.json``.
+uses the public API only. Each is measured in two columns, as the bench session
+measures them: ``bare`` (the kernel alone) and ``installed`` (every plugin of the
+entry-point group, the defaults on); and over two transports: ``fake`` (each
+tree's own fake API, as the other benchmarks) and ``canned`` (one fixed reply at
+once, read by no fake: the framework's overhead alone, whatever each tree's fake
+does). Results go to ``DIR/compare_agent.json``.
 """
 
 from __future__ import annotations
@@ -28,20 +33,21 @@ from _report import write
 HERE = Path(__file__).resolve().parent
 CODE = (
     "import asyncio, json, sys; sys.path.insert(0, {here!r}); import bench_agent; "
-    "print(json.dumps(asyncio.run(bench_agent.sequential())))"
+    "print(json.dumps(asyncio.run(bench_agent.sequential({transport!r}))))"
 )
+COLUMNS = ("bare", "installed")
+TRANSPORTS = ("fake", "canned")
 
 
-def measure(tree: Path) -> dict[str, Any]:
+def measure(tree: Path, column: str, transport: str) -> dict[str, Any]:
     """One ``bench_agent.sequential()`` run with ``tree``'s groundswell."""
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(tree), str(tree / "plugins")]),
-        # The kernel alone, as the bench session measures it.
-        "GROUNDSWELL_LOAD_PLUGINS": "",
-    }
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), str(tree / "plugins")])}
+    if column == "bare":  # the kernel alone
+        env["GROUNDSWELL_LOAD_PLUGINS"] = ""
+    else:  # as installed: the entry-point group's plugins, the defaults on
+        env.pop("GROUNDSWELL_LOAD_PLUGINS", None)
     out = subprocess.run(
-        [sys.executable, "-c", CODE.format(here=str(HERE))],
+        [sys.executable, "-c", CODE.format(here=str(HERE), transport=transport)],
         env=env,
         capture_output=True,
         text=True,
@@ -58,36 +64,43 @@ def main() -> None:
     parser.add_argument("after", type=Path)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--output", type=Path, default=Path("benchmarks/results"))
+    parser.add_argument("--columns", default=",".join(COLUMNS), help="bare,installed")
+    parser.add_argument("--transports", default=",".join(TRANSPORTS), help="fake,canned")
     args = parser.parse_args()
     trees = {"before": args.before.resolve(), "after": args.after.resolve()}
-    runs: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
+    cells = [
+        (column, transport)
+        for column in args.columns.split(",")
+        for transport in args.transports.split(",")
+    ]
+    runs: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for _ in range(args.rounds):
-        for label, tree in trees.items():
-            runs[label].append(measure(tree))
+        for column, transport in cells:
+            for label, tree in trees.items():
+                got = measure(tree, column, transport)
+                runs.setdefault((column, transport, label), []).append(got)
 
-    def summary(label: str) -> dict[str, Any]:
-        def med(key: str) -> float:
-            return round(statistics.median(r[key] for r in runs[label]), 1)
+    def summary(key: tuple[str, str, str]) -> dict[str, Any]:
+        def med(name: str) -> float:
+            return round(statistics.median(r[name] for r in runs[key]), 1)
 
         return {
-            "tree": str(trees[label]),
             "raw_create_us": med("raw_create_us"),
             "agent_prompt_in_step_us": med("agent_prompt_in_step_us"),
             "overhead_us": med("overhead_us"),
-            "overhead_us_each_round": [r["overhead_us"] for r in runs[label]],
+            "overhead_us_each_round": [r["overhead_us"] for r in runs[key]],
         }
 
-    before, after = summary("before"), summary("after")
-    write(
-        {
-            "rounds": args.rounds,
+    results: dict[str, Any] = {"rounds": args.rounds, "trees": {k: str(v) for k, v in trees.items()}}
+    for column, transport in cells:
+        before = summary((column, transport, "before"))
+        after = summary((column, transport, "after"))
+        results[f"{column}/{transport}"] = {
             "before": before,
             "after": after,
             "overhead_change_us": round(after["overhead_us"] - before["overhead_us"], 1),
-        },
-        "compare_agent",
-        args.output,
-    )
+        }
+    write(results, "compare_agent", args.output)
 
 
 if __name__ == "__main__":

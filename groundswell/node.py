@@ -13,7 +13,7 @@ import math
 import os
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from typing import Any, TypeGuard
 
@@ -113,6 +113,7 @@ class EventNode:
         "_metrics",
         "_output",
         "_payload",
+        "_summed",
         "_t0",
     )
 
@@ -144,6 +145,9 @@ class EventNode:
         self._events: list[dict[str, Any]] | None = None
         self.error: dict[str, Any] | None = None
         self._t0: float = time.perf_counter()
+        # False while a step's or workflow's sums of the model calls below it are not
+        # final in its metrics (`_add_sums`); other nodes have none to add.
+        self._summed: bool = self.type not in SUMMED_BELOW
 
     @property
     def children(self) -> list[EventNode]:
@@ -180,12 +184,15 @@ class EventNode:
             duration = self._duration
             if duration is not None:
                 metrics.setdefault("duration", duration)
+        if not self._summed:
+            _add_sums(self, metrics)
         return metrics
 
     @metrics.setter
     def metrics(self, value: dict[str, Any]) -> None:
         self._metrics = value
         self._duration = None
+        self._summed = True  # a recorded node's metrics hold its sums already
 
     @property
     def events(self) -> list[dict[str, Any]]:
@@ -273,6 +280,7 @@ def new_node(
     node._events = None
     node.error = None
     node._t0 = time.perf_counter()
+    node._summed = node.type not in SUMMED_BELOW
     return node
 
 
@@ -301,11 +309,94 @@ def payload_of(node: EventNode) -> dict[str, Any]:
 
 def metrics_of(node: EventNode) -> dict[str, Any]:
     """``node.metrics`` for reading: the node's own dict, or a new one if it has none yet."""
+    if not node._summed:
+        _add_sums(node, None)
     metrics = node._metrics
     if metrics is not None:
         return metrics
     duration = node._duration
     return {} if duration is None else {"duration": duration}
+
+
+#: The nodes whose metrics add up the model calls below them when read (`_add_sums`).
+SUMMED_BELOW = frozenset({NodeType.STEP, NodeType.WORKFLOW})
+_MODEL_CALL = NodeType.MODEL_CALL
+
+
+def _add_sums(node: EventNode, metrics: dict[str, Any] | None) -> None:
+    """Put in a step's or workflow's metrics (``metrics``, else its own, made if need
+    be) what the model calls below it cost (``cost_usd``) and used (``usage``,
+    ``prompt_cache_share``).
+
+    Added up when read, not as each prompt ends: a run that never reads them (most
+    steps of most runs, when no sink is watching) never pays for a dict per step.
+    Final once the node has ended, then kept.
+    """
+    ended = node.ended_at is not None
+    sums = _sums_below(node)
+    if sums:
+        if metrics is None:
+            metrics = node._metrics
+            if metrics is None:
+                metrics = node._metrics = {}
+                if node._duration is not None:
+                    metrics["duration"] = node._duration
+        metrics.update(sums)
+        usage = sums.get("usage")
+        if usage and usage.get("cache_read_input_tokens"):  # else the share is 0: left out
+            cache_share(metrics, usage)
+    if ended:
+        node._summed = True
+
+
+def _sums_below(node: EventNode) -> dict[str, Any]:
+    """``cost_usd`` and ``usage`` of the model calls below ``node`` (empty: none)."""
+    cost: float | None = 0.0
+    costed = False
+    usage: dict[str, int] | None = None
+    stack = list(node._children or ())
+    while stack:
+        below = stack.pop()
+        kind = below.type
+        if kind is _MODEL_CALL or (below._summed and kind in SUMMED_BELOW):
+            # A model call, or a step or workflow whose sums are final (or recorded).
+            metrics = below._metrics
+            if metrics is None:
+                continue
+            if "cost_usd" in metrics:
+                costed = True
+                spent = metrics["cost_usd"]
+                # Unknown stays unknown: a sum without one call's cost would understate it.
+                cost = None if cost is None or spent is None else cost + spent
+            counts = metrics.get("usage")
+            if type(counts) is dict and counts:
+                if usage is None:
+                    usage = {}
+                for name, value in counts.items():
+                    if value and type(value) is int:
+                        usage[name] = usage.get(name, 0) + value
+            continue
+        kids = below._children
+        if kids:
+            stack.extend(kids)
+    sums: dict[str, Any] = {}
+    if costed:
+        sums["cost_usd"] = cost
+    if usage is not None:
+        sums["usage"] = usage
+    return sums
+
+
+def cache_share(metrics: dict[str, Any], usage: Mapping[str, int]) -> None:
+    """Set ``metrics["prompt_cache_share"]``: the share of the input read from the prompt
+    cache (``cache_read / (input + cache_read + cache_creation)``), when there was input."""
+    read = usage.get("cache_read_input_tokens", 0)
+    if not read:  # the usual case, without round(), which formats the float in C
+        if usage.get("input_tokens") or usage.get("cache_creation_input_tokens"):
+            metrics["prompt_cache_share"] = 0.0
+        return
+    seen = usage.get("input_tokens", 0) + read + usage.get("cache_creation_input_tokens", 0)
+    metrics["prompt_cache_share"] = round(read / seen, 4)
 
 
 def finish(node: EventNode, status: NodeStatus, output: Any, with_output: bool) -> None:

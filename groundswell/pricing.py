@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from .errors import ConfigurationError, TokenBudgetExceeded
-from .node import EventNode, NodeType, metrics_of
+from .node import EventNode, NodeType, cache_share, metrics_of
 
 __all__ = [
     "UNCHARGED",
@@ -90,7 +90,6 @@ _prices: dict[str, Price | None] = {}
 _overrides: dict[str, Price] = {}
 # One lock for the table and for adding costs up: sync steps run in worker threads.
 _lock = threading.Lock()
-_SUMMED = frozenset({NodeType.PROMPT, NodeType.STEP, NodeType.WORKFLOW})
 #: `PromptRun.spent` before any model call of the attempt is charged (a cost is never < 0).
 UNCHARGED = -1.0
 
@@ -405,69 +404,43 @@ def charge(
     return cost
 
 
-def settle(tree: Any, prompt: EventNode, usage: dict[str, int], own: float | None) -> None:
+def settle(tree: Any, prompt: EventNode, own: float | None) -> None:
     """As ``prompt`` ends: add ``own``, what its own model calls cost (the sum of what
-    `charge` returned), to the prompt, step and workflow nodes above it (a prompt nested
-    in it has added its own already), and ``usage`` (the attempt's own tokens) to the
-    steps and workflows above it."""
-    if own != 0.0 or usage:
-        with _lock:
-            _add_up(tree, prompt, own, usage)
-
-
-def _count(total: dict[str, int], usage: Any) -> None:
-    if isinstance(usage, Mapping):
-        for name, value in usage.items():
-            if isinstance(value, int) and not isinstance(value, bool):
-                total[name] = total.get(name, 0) + value
-
-
-def add_mounted(tree: Any, root: EventNode) -> None:
-    """Add the cost and tokens of a subtree recorded elsewhere (just mounted under the
-    tree) to the nodes above it, as if its model calls had run here."""
-    costs: list[float | None] = []
-    usage: dict[str, int] = {}
-    for n in tree.walk(root.id):
-        if n.type is NodeType.MODEL_CALL:
-            metrics = metrics_of(n)
-            costs.append(metrics.get("cost_usd", 0.0))
-            _count(usage, metrics.get("usage"))
-    if costs:
-        total = None if any(c is None for c in costs) else float(sum(c for c in costs if c))
-        with _lock:
-            _add_up(tree, root, total, usage)
-
-
-def _add_up(tree: Any, node: EventNode, cost: float | None, usage: dict[str, int]) -> None:
-    """Add ``cost`` to the prompt, step and workflow nodes above ``node``, and ``usage``
-    (our own counts: ints only) to the steps and workflows; under `_lock`."""
-    parent_id = node.parent_id
+    `charge` returned), to the prompts above it (one run inside a tool of another),
+    which count what the prompts inside them cost. Steps and workflows add up the
+    model calls below them when read (`groundswell.node.metrics_of`)."""
+    parent_id = prompt.parent_id
     get_node = tree.get_node
-    prompt = NodeType.PROMPT
     while parent_id is not None:
         above = get_node(parent_id)
-        kind = above.type
-        if kind in _SUMMED:
-            metrics = above.metrics
-            sofar = metrics.get("cost_usd", 0.0)
-            metrics["cost_usd"] = None if sofar is None or cost is None else sofar + cost
-            if usage and kind is not prompt:
-                summed = metrics.get("usage")
-                if type(summed) is not dict:
-                    summed = metrics["usage"] = {}
-                # A plain loop, no checks: these are the counts `_count` or the loop made.
-                for name, value in usage.items():
-                    if value:  # most calls read and write no cache: two keys fewer to add
-                        summed[name] = summed.get(name, 0) + value
-                if summed.get("cache_read_input_tokens"):  # else the share is 0: left out
-                    cache_share(metrics, summed)
+        if above.type is NodeType.PROMPT:
+            with _lock:
+                _add_up(tree, above, own)
+            return
         parent_id = above.parent_id
 
 
-def cache_share(metrics: dict[str, Any], usage: Mapping[str, int]) -> None:
-    """Set ``metrics["prompt_cache_share"]``: the share of the input read from the prompt
-    cache (``cache_read / (input + cache_read + cache_creation)``), when there was input."""
-    read = usage.get("cache_read_input_tokens", 0)
-    seen = usage.get("input_tokens", 0) + read + usage.get("cache_creation_input_tokens", 0)
-    if seen:
-        metrics["prompt_cache_share"] = round(read / seen, 4)
+def add_mounted(tree: Any, root: EventNode) -> None:
+    """Add the cost of a subtree recorded elsewhere (just mounted under the tree) to the
+    prompts above it, as if its model calls had run here (steps and workflows add up
+    the model calls below them when read, mounted ones too)."""
+    costs: list[float | None] = []
+    for n in tree.walk(root.id):
+        if n.type is NodeType.MODEL_CALL:
+            costs.append(metrics_of(n).get("cost_usd", 0.0))
+    if costs:
+        total = None if any(c is None for c in costs) else float(sum(c for c in costs if c))
+        settle(tree, root, total)
+
+
+def _add_up(tree: Any, prompt: EventNode, cost: float | None) -> None:
+    """Add ``cost`` to ``prompt`` and the prompts above it; under `_lock`."""
+    node: EventNode | None = prompt
+    get_node = tree.get_node
+    while node is not None:
+        if node.type is NodeType.PROMPT:
+            metrics = node.metrics
+            sofar = metrics.get("cost_usd", 0.0)
+            # Unknown stays unknown: a sum without one call's cost would understate it.
+            metrics["cost_usd"] = None if sofar is None or cost is None else sofar + cost
+        node = get_node(node.parent_id) if node.parent_id is not None else None

@@ -38,7 +38,15 @@ from ..tools import DepsT, check_context_ttl, check_timeout, check_tools
 from .checks import NO_LOOP, check_options, deps_check, deps_error, make_client, overrides_error
 from .config import check_cache_choice, check_tool_cache, model_or_default, request_options
 from .loop import run_prompt
-from .middleware import Layer, Layers, default_layers, layers_for, merge, resolve
+from .middleware import (
+    Layer,
+    Layers,
+    default_layers,
+    layers_for,
+    merge,
+    plain_candidates,
+    resolve,
+)
 from .overrides import Forced, check, check_client, forced_for, override_agent
 from .overrides import merge as merge_overrides
 from .run import PromptResult, PromptRun, StreamEvent, check_history
@@ -238,6 +246,7 @@ class Agent(Generic[DepsT]):
         self._deps_ok = deps_check(deps_type, owner) if deps_type is not None else None
         # (the default layers it was merged with, the merged and sorted candidates)
         self._layers: tuple[tuple[Layer, ...], tuple[Layer, ...]] | None = None
+        self._plain: tuple[tuple[Layer, ...], tuple[Layer, ...]] | None = None
         self._client = client
         # Clients the agent made itself, one per event loop: an SDK client's
         # connection pool belongs to the loop it first ran in, so run_sync twice
@@ -563,6 +572,15 @@ class Agent(Generic[DepsT]):
             return known[1]
         return merge(resolve(overrides.middleware, "PromptOverrides"), known[1])
 
+    def _plain_candidates(self, run: PromptRun) -> tuple[Layer, ...]:
+        """`_candidates` of a call that sets nothing of its own (its settings are the
+        agent's): less the `Middleware.per_agent` ones idle for this agent, found once."""
+        candidates = self._candidates(NO_OVERRIDES)
+        plain = self._plain
+        if plain is None or plain[0] is not candidates:
+            plain = self._plain = (candidates, plain_candidates(run, candidates))
+        return plain[1]
+
     def _execute(
         self,
         prompt: Prompt[Any],
@@ -598,6 +616,8 @@ class Agent(Generic[DepsT]):
             caught_up=caught_up,
         )
         if not history:
+            if overrides is NO_OVERRIDES and not prompt.wins:
+                return run_prompt(run, layers_for(run, self._plain_candidates(run)))
             return run_prompt(run, layers_for(run, self._candidates(overrides)))
         # How many, never what: the messages themselves stay out of the tree (set
         # before the layers are chosen: a middleware's active() may read it).

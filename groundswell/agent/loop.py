@@ -197,7 +197,7 @@ async def _attempt(run: PromptRun, layers: Layers) -> PromptResult[Any]:
         cache_share(metrics, usage)
         spent = run.spent
         if spent != UNCHARGED or "cost_usd" in metrics:
-            settle(tree, node, usage, 0.0 if spent == UNCHARGED else spent)
+            settle(tree, node, 0.0 if spent == UNCHARGED else spent)
         _record_system(run)
         tree.end_node_after(node, exc)
         raise
@@ -207,7 +207,7 @@ async def _attempt(run: PromptRun, layers: Layers) -> PromptResult[Any]:
     cache_share(metrics, usage)
     spent = run.spent
     if spent != UNCHARGED or "cost_usd" in metrics:  # what it cost, added up the tree
-        settle(tree, node, usage, 0.0 if spent == UNCHARGED else spent)
+        settle(tree, node, 0.0 if spent == UNCHARGED else spent)
     metrics["turns"] = result.turns
     if run.system:  # `_record_system`, inline on the way every prompt takes
         node.payload["system"] = jsonable(run.system)

@@ -43,6 +43,7 @@ __all__ = [
     "default_layers",
     "layers_for",
     "merge",
+    "plain_candidates",
     "resolve",
 ]
 
@@ -70,6 +71,10 @@ class Middleware:
     #: True when ``wrap_prompt`` may call ``call_next()`` more than once (a retry):
     #: outside any run, the kernel then gives the attempts one ``prompt`` node to share.
     retries: ClassVar[bool] = False
+    #: True when `active` reads only what the agent is configured with (``run.settings``,
+    #: ``run.agent``) and ``run.history``: a call that sets nothing of its own (no
+    #: ``Prompt`` fields, no overrides, no history) then asks it once per agent.
+    per_agent: ClassVar[bool] = False
 
     def active(self, run: PromptRun) -> bool:
         """Whether this middleware takes part in ``run`` (checked once per prompt; keep it cheap)."""
@@ -346,6 +351,18 @@ def merge(*groups: Sequence[Layer]) -> tuple[Layer, ...]:
 
 def layers_for(run: PromptRun, candidates: Sequence[Layer]) -> Layers:
     """The layers that take part in ``run``, split by seam."""
+    return _split(_active(run, candidates))
+
+
+def plain_candidates(run: PromptRun, candidates: tuple[Layer, ...]) -> tuple[Layer, ...]:
+    """``candidates`` less those `Middleware.per_agent` layers that sat ``run`` out: for
+    a call that sets nothing of its own, whose settings are its agent's (the agent keeps
+    the result while ``candidates`` stays the same tuple)."""
+    kept = set(map(id, _active(run, [la for la in candidates if la.middleware.per_agent])))
+    return tuple(la for la in candidates if not la.middleware.per_agent or id(la) in kept)
+
+
+def _active(run: PromptRun, candidates: Sequence[Layer]) -> list[Layer]:
     active: list[Layer] = []
     for layer in candidates:
         try:
@@ -358,4 +375,4 @@ def layers_for(run: PromptRun, candidates: Sequence[Layer]) -> Layers:
                 f"agent middleware {layer.name!r} failed in active(): {type(exc).__name__}: {exc}",
                 plugin=layer.name,
             ) from exc
-    return _split(active)
+    return active

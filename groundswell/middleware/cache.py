@@ -42,6 +42,7 @@ class AnswerCache(Middleware):
 
     name = "cache"
     order = 300
+    per_agent = True  # active() reads the agent's settings only
 
     def active(self, run: PromptRun) -> bool:
         settings = run.settings
@@ -109,6 +110,7 @@ class ToolResultCache(Middleware):
 
     name = "tool_cache"
     order = 310
+    per_agent = True  # active() reads the agent's settings only
 
     def active(self, run: PromptRun) -> bool:
         settings = run.settings

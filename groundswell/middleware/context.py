@@ -15,6 +15,7 @@ class ContextProviders(Middleware):
 
     name = "context"
     order = 240
+    per_agent = True  # active() reads the agent's settings only
 
     def active(self, run: PromptRun) -> bool:
         return bool(run.settings.get("context"))

@@ -70,6 +70,7 @@ class ContextTTL(Middleware):
 
     name = "context_ttl"
     order = 255  # before the budget (260), which then counts what is left
+    per_agent = True  # active() reads the agent's settings only
 
     def active(self, run: PromptRun) -> bool:
         settings = run.settings

@@ -26,6 +26,7 @@ class MCPServers(Middleware):
 
     name = "mcp"
     order = 250
+    per_agent = True  # active() reads the agent's settings only
 
     def active(self, run: PromptRun) -> bool:
         # A hand-written mcp_toolset with no server is refused here, before the API sees it.

@@ -337,6 +337,7 @@ class PromptCache(Middleware):
 
     name = "prompt_cache"
     order = 900
+    per_agent = True  # active() reads the agent's settings only
 
     def __init__(self) -> None:
         # Per client (weakly): the prefixes (model, system, tools) its prompts sent, by

@@ -24,6 +24,7 @@ class Skills(Middleware):
 
     name = "skills"
     order = 230
+    per_agent = True  # active() reads the agent's settings only
 
     def active(self, run: PromptRun) -> bool:
         return bool(run.settings.get("skills"))

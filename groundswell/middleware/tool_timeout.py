@@ -23,6 +23,7 @@ class ToolTimeout(Middleware):
 
     name = "tool_timeout"
     order = 320
+    per_agent = True  # active() reads the agent's settings only
 
     def active(self, run: PromptRun) -> bool:
         settings = run.settings

@@ -17,6 +17,7 @@ pytest plugin installed with Groundswell provides the ``fake_anthropic``,
 ``fake_anthropic_server`` and ``fake_agents`` fixtures.
 """
 
+from ._batches import FakeBatch, FakeBatches
 from ._checks import (
     ProtocolViolation,
     check_cache_backend,
@@ -56,6 +57,8 @@ __all__ = [
     "FAKE_API_KEY",
     "ErrorReply",
     "FakeAnthropicAPI",
+    "FakeBatch",
+    "FakeBatches",
     "FunctionModel",
     "LoopbackServer",
     "MessagesRequest",

@@ -25,6 +25,7 @@ import httpx2
 
 from ..cache import scope_answers
 from ..errors import ConfigurationError
+from ._batches import BATCHES, FakeBatches
 from ._prompt_cache import PromptCacheLedger
 from ._replay import Mismatch, ReplayModel
 from ._replies import (
@@ -68,13 +69,15 @@ def _chunks(text: str, size: int = 16) -> list[str]:
 
 
 class FakeAnthropicAPI:
-    """The fake API: answers ``POST /v1/messages`` and ``/v1/messages/count_tokens``.
+    """The fake API: answers ``/v1/messages``, ``count_tokens`` and the Message Batches API.
 
     ``model`` chooses the answers: ``None`` for `SchemaModel` (no script
     needed), a list of replies for a `ScriptedModel`, a function of the
     request for a `FunctionModel`, or any object with ``respond(request)``.
     Every request is recorded in `requests`. With ``api_key`` set, other
-    keys get a real 401.
+    keys get a real 401. The model answers each batch request too; `batches`
+    records the batches, and ``batch_polls`` is how many retrieves see a
+    batch in progress before it ends (see `FakeBatches`).
 
     Each fake has an answer cache of its own: agents with a cache, put on it
     (by `use_fake`, the ``fake_agents`` fixture, ``agent.override(client=...)``
@@ -95,6 +98,7 @@ class FakeAnthropicAPI:
         *,
         api_key: str | None = None,
         share_cache: bool = False,
+        batch_polls: int | None = 0,
     ) -> None:
         if model is None:
             self.model: FakeModel = SchemaModel()
@@ -122,6 +126,8 @@ class FakeAnthropicAPI:
         self._thinking = ThinkingLedger()
         #: What this fake's prompt cache holds (``cache_control``), for usage's cache counts.
         self.prompt_cache = PromptCacheLedger()
+        #: The Message Batches received, and the knobs on their processing.
+        self.batches = FakeBatches(self._refusal, self._respond, self._message, batch_polls)
 
     @classmethod
     def from_trace(
@@ -172,22 +178,32 @@ class FakeAnthropicAPI:
     # -- the protocol ---------------------------------------------------------------
 
     def handle(
-        self, method: str, path: str, headers: dict[str, str], raw: bytes
+        self, method: str, path: str, headers: dict[str, str], raw: bytes, base_url: str = ""
     ) -> tuple[int, dict[str, str], Iterator[bytes]]:
-        """Answer one HTTP request: status, headers, body chunks."""
+        """Answer one HTTP request: status, headers, body chunks.
+
+        ``base_url`` is where the client reached the fake (default: ``http://``
+        and the ``host`` header), for a batch's ``results_url``.
+        """
         headers = {k.lower(): v for k, v in headers.items()}
         route = path.split("?", 1)[0]
-        if method != "POST" or route not in ("/v1/messages", "/v1/messages/count_tokens"):
+        batch = route == BATCHES or route.startswith(BATCHES + "/")
+        if not batch and (
+            method != "POST" or route not in ("/v1/messages", "/v1/messages/count_tokens")
+        ):
             return self._error(error(404, f"no route for {method} {route}"))
         key = headers.get("x-api-key") or headers.get("authorization", "").removeprefix("Bearer ")
         if not key or (self.api_key is not None and key != self.api_key):
             return self._error(error(401, "invalid x-api-key"))
+        # Never keep the key itself in what tests can read back.
+        safe_headers = {k: v for k, v in headers.items() if k not in ("x-api-key", "authorization")}
+        if batch:
+            base_url = base_url or f"http://{headers.get('host', 'fake-anthropic.invalid')}"
+            return self.batches.handle(method, path, safe_headers, raw, base_url)
         try:
             body = json.loads(raw or b"{}")
         except json.JSONDecodeError as exc:
             return self._error(error(400, f"request body is not JSON: {exc}"))
-        # Never keep the key itself in what tests can read back.
-        safe_headers = {k: v for k, v in headers.items() if k not in ("x-api-key", "authorization")}
         request = MessagesRequest(path=path, headers=safe_headers, body=body)
         if route.endswith("count_tokens"):
             with self._lock:
@@ -195,29 +211,10 @@ class FakeAnthropicAPI:
             parts = [body.get("system"), body.get("messages"), body.get("tools")]
             tokens = sum(estimate_tokens(p) for p in parts if p)
             return self._json(200, {"input_tokens": tokens})
-        missing = [f for f in ("model", "messages", "max_tokens") if f not in body]
-        if missing:
-            return self._error(error(400, f"{', '.join(missing)}: Field required"))
-        for i, message in enumerate(body["messages"]):
-            if not message.get("content") and i < len(body["messages"]) - 1:
-                # The real API refuses empty turns (all but a final assistant prefill).
-                return self._error(
-                    error(400, f"messages.{i}: all messages must have non-empty content")
-                )
-        refused = self._thinking.check(body) or self.prompt_cache.check(body)
+        refused = self._refusal(body)
         if refused is not None:
-            return self._error(error(400, refused))
-        with self._lock:
-            self.requests.append(request)
-        try:
-            answer = self.model.respond(request)
-        except Exception as exc:
-            # A bug in a test's model function: say so, and tell the SDK not to retry.
-            reply = error(
-                500, f"groundswell.testing: the fake model raised {type(exc).__name__}: {exc}"
-            )
-            reply.headers["x-should-retry"] = "false"
-            return self._error(reply)
+            return self._error(refused)
+        answer = self._respond(request)
         if isinstance(answer, ErrorReply):
             return self._error(answer)
         sse = {"content-type": "text/event-stream", DELAY_HEADER: str(answer.delay)}
@@ -235,6 +232,34 @@ class FakeAnthropicAPI:
             whole = b"".join(body)
             body = iter([whole[: len(whole) // 2]])
         return status, headers, body
+
+    def _refusal(self, body: dict[str, Any]) -> ErrorReply | None:
+        """The 400 the real API gives a Messages request body, or None if it accepts it."""
+        missing = [f for f in ("model", "messages", "max_tokens") if f not in body]
+        if missing:
+            return error(400, f"{', '.join(missing)}: Field required")
+        for i, message in enumerate(body["messages"]):
+            if not message.get("content") and i < len(body["messages"]) - 1:
+                # The real API refuses empty turns (all but a final assistant prefill).
+                return error(400, f"messages.{i}: all messages must have non-empty content")
+        refused = self._thinking.check(body) or self.prompt_cache.check(body)
+        return None if refused is None else error(400, refused)
+
+    def _respond(self, request: MessagesRequest, answer: Answer | None = None) -> Answer:
+        """Record an accepted request; its answer is ``answer`` if given, else the model's."""
+        with self._lock:
+            self.requests.append(request)
+        if answer is not None:
+            return answer
+        try:
+            return self.model.respond(request)
+        except Exception as exc:
+            # A bug in a test's model function: say so, and tell the SDK not to retry.
+            reply = error(
+                500, f"groundswell.testing: the fake model raised {type(exc).__name__}: {exc}"
+            )
+            reply.headers["x-should-retry"] = "false"
+            return reply
 
     def _message(self, request: MessagesRequest, reply: Reply) -> dict[str, Any]:
         body = request.body
@@ -374,6 +399,7 @@ class FakeAnthropicAPI:
                 request.url.raw_path.decode(),
                 dict(request.headers),
                 request.content,
+                f"{request.url.scheme}://{request.url.netloc.decode()}",
             )
             delay = float(headers.pop(DELAY_HEADER, 0) or 0)
             if delay:
@@ -528,7 +554,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         raw = self.rfile.read(int(self.headers.get("content-length") or 0))
-        status, headers, chunks = self.fake.handle("POST", self.path, dict(self.headers), raw)
+        status, headers, chunks = self.fake.handle(self.command, self.path, dict(self.headers), raw)
         delay = float(headers.pop(DELAY_HEADER, 0) or 0)
         if delay:
             time.sleep(delay)  # a server thread of its own: sleeping here blocks nobody else
@@ -548,7 +574,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(payload)
 
-    do_GET = do_POST
+    do_GET = do_DELETE = do_POST
 
     def log_message(self, format: str, *args: Any) -> None:  # keep test output clean
         pass

@@ -247,11 +247,16 @@ def error(
 
 @dataclass
 class MessagesRequest:
-    """One request the fake received, decoded."""
+    """One request the fake received, decoded.
+
+    For a request in a Message Batch, ``body`` is its ``params`` and
+    ``custom_id`` its ``custom_id``.
+    """
 
     path: str
     headers: dict[str, str]
     body: dict[str, Any]
+    custom_id: str | None = None
 
     @property
     def model(self) -> str:

@@ -19,6 +19,8 @@ class MarkSessions(Middleware):
     only the runs that ask for them.
     """
 
+    per_agent = True  # active() reads the agent's options only
+
     def active(self, run: PromptRun) -> bool:
         return bool(run.agent.options.get("history"))
 
