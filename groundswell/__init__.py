@@ -6,6 +6,7 @@ import importlib.metadata as _metadata
 from typing import TYPE_CHECKING, Any
 
 from . import _sdk_logs  # noqa: F401  (the SDK's loggers scrubbed while Groundswell is imported)
+from . import waits as waits  # groundswell.waits: people in the loop (a module, not in __all__)
 from ._serialize import is_secret_key, redact, register_secret, scrub
 from .budget import TokenBudget
 from .cache import Cache, CacheLock, ToolCachePolicy, get_cache, request_cache_key, schema_hash
@@ -16,6 +17,7 @@ from .errors import (
     ContextWindowExceeded,
     ExtractionError,
     GroundswellError,
+    InvalidAnswer,
     MaxTurnsExceeded,
     MissingAwait,
     ModelAPIError,
@@ -26,6 +28,9 @@ from .errors import (
     StepTimeout,
     TokenBudgetExceeded,
     ToolError,
+    UnknownWait,
+    WaitClosed,
+    WaitTimedOut,
     WorkflowError,
 )
 from .events import Event, Sink, SinkHub
@@ -140,6 +145,7 @@ __all__ = [
     "Frame",
     "GroundswellError",
     "HookStopped",
+    "InvalidAnswer",
     "MaxTurnsExceeded",
     "Middleware",
     "MissingAwait",
@@ -181,6 +187,9 @@ __all__ = [
     "ToolError",
     "ToolFailed",
     "ToolProvider",
+    "UnknownWait",
+    "WaitClosed",
+    "WaitTimedOut",
     "Workflow",
     "WorkflowCall",
     "WorkflowContext",

@@ -210,13 +210,14 @@ class Watch:
     def cut_short(self, interrupted: bool = True) -> Outcome:
         """The outcome of a run that was stopped: its tree as its events left it.
 
-        Nodes still running then are shown ``cancelled``: the command stops them all.
+        Nodes still running (or waiting for a person) then are shown ``cancelled``: the
+        command stops them all.
         """
         if self.task is not None and self.task.done() and not self.task.cancelled():
             self.task.exception()  # seen: never reported as "never retrieved"
         tree = self.replayer.trees[0] if self.replayer.trees else EventTree()
         for node in tree.walk():
-            if node.status is NodeStatus.RUNNING:
+            if node.status in (NodeStatus.RUNNING, NodeStatus.WAITING):
                 tree.end_node(node, NodeStatus.CANCELLED)
         return Outcome(tree, NodeStatus.CANCELLED, interrupted=interrupted)
 

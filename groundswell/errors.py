@@ -16,7 +16,11 @@ Every error a user can catch derives from `GroundswellError`::
     │   └── StepTimeout             a step ran past its timeout (also a TimeoutError)
     ├── TokenBudgetExceeded         a request would not fit the token budget
     ├── ExtractionError             a required Extract rule found nothing
-    └── PluginError                 a plugin failed to load, register or run
+    ├── PluginError                 a plugin failed to load, register or run
+    ├── UnknownWait                 no open wait has that id (also a LookupError)
+    │   └── WaitClosed              the wait was answered (or ended) already
+    ├── InvalidAnswer               an answer does not fit its wait; the wait stays open
+    └── WaitTimedOut                nobody answered a wait before its deadline
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ __all__ = [
     "ContextWindowExceeded",
     "ExtractionError",
     "GroundswellError",
+    "InvalidAnswer",
     "MaxTurnsExceeded",
     "MissingAwait",
     "ModelAPIError",
@@ -41,6 +46,9 @@ __all__ = [
     "StepTimeout",
     "TokenBudgetExceeded",
     "ToolError",
+    "UnknownWait",
+    "WaitClosed",
+    "WaitTimedOut",
     "WorkflowError",
 ]
 
@@ -237,3 +245,49 @@ class PluginError(GroundswellError):
     def __init__(self, message: str, *, plugin: str | None = None) -> None:
         super().__init__(message)
         self.plugin = plugin
+
+
+class UnknownWait(GroundswellError, LookupError):
+    """No open wait has this id (`groundswell.waits`); ``wait_id`` is the id asked for.
+
+    ``groundswell.waits.pending()`` lists the open waits of this process.
+    """
+
+    def __init__(self, message: str, *, wait_id: str = "") -> None:
+        super().__init__(message)
+        self.wait_id = wait_id
+
+
+class WaitClosed(UnknownWait):
+    """The wait was answered, timed out or cancelled already; ``closed`` says how."""
+
+    def __init__(self, message: str, *, wait_id: str = "", closed: str = "") -> None:
+        super().__init__(message, wait_id=wait_id)
+        self.closed = closed
+
+
+class InvalidAnswer(GroundswellError, ValueError):
+    """An answer does not fit its wait: the wrong verb for its kind, or a value that fails
+    its ``response_format``. The wait stays open for a better answer.
+
+    ``errors`` holds pydantic's validation errors (empty for a wrong verb).
+    """
+
+    def __init__(
+        self, message: str, *, wait_id: str = "", errors: list[dict[str, Any]] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.wait_id = wait_id
+        self.errors = errors or []
+
+
+class WaitTimedOut(GroundswellError, TimeoutError):
+    """Nobody answered a wait before its deadline, and it declared no outcome (a default).
+
+    ``wait_id`` names the wait, ``timeout`` the seconds it waited.
+    """
+
+    def __init__(self, message: str, *, wait_id: str = "", timeout: float = 0.0) -> None:
+        super().__init__(message)
+        self.wait_id = wait_id
+        self.timeout = timeout

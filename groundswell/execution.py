@@ -5,7 +5,9 @@ and spawning a workflow on a queue (``ctx.spawn_workflow(..., queue=)``) go
 through an `ExecutionEngine` chosen by name, always: the kernel's ``local``
 engine runs them in-process and costs one call. Durable engines come from plugins through the
 ``register_execution_backends`` hook (the bundled ``dbos`` engine checkpoints
-steps in Postgres or SQLite and runs queued workflows on workers).
+steps in Postgres or SQLite and runs queued workflows on workers). A wait for a
+person (`groundswell.waits`) goes through an engine's optional ``wait`` method
+(`WaitingEngine`), so that a durable engine can keep it across processes.
 """
 
 from __future__ import annotations
@@ -20,11 +22,13 @@ from .hookspecs import ExecutionBackend, hookimpl
 
 if TYPE_CHECKING:
     from .tree import EventNode
+    from .waits import Decision, Wait
     from .workflow import Workflow, WorkflowContext, WorkflowResult
 
 __all__ = [
     "LOCAL",
     "ExecutionEngine",
+    "WaitingEngine",
     "WorkflowCall",
     "durable_backend_name",
     "get_engine",
@@ -102,6 +106,8 @@ class ExecutionEngine(Protocol):
     It serves every run at once, on any event loop. Exceptions pass through
     unchanged: a step's failure must reach the kernel as raised (it marks the
     node failed and reflects on it), and so must cancellation.
+
+    An engine may also take over waits for people: see `WaitingEngine`.
     """
 
     async def run_workflow(self, call: WorkflowCall) -> WorkflowResult[Any]:
@@ -131,6 +137,31 @@ class ExecutionEngine(Protocol):
         ...
 
 
+@runtime_checkable
+class WaitingEngine(Protocol):
+    """An `ExecutionEngine` that also takes over waits for people (optional).
+
+    The kernel opens a wait (`groundswell.waits`: its ``wait`` node, the
+    registry `pending()` reads, its deadline) and then awaits the engine's
+    ``wait`` instead of the in-process decision itself; an engine without this
+    method gets that plain await.
+    """
+
+    def wait(
+        self, ctx: WorkflowContext, node: EventNode, wait: Wait, decision: Awaitable[Decision]
+    ) -> Awaitable[Decision]:
+        """Await the `Decision` on ``wait`` (its ``node`` is in ``ctx``'s tree) and return it.
+
+        ``decision`` resolves when a person answers in this process
+        (``groundswell.waits.approve`` and the rest), an ``auto_answer`` does, or
+        the deadline passes (`WaitTimedOut` when it declared no outcome). A
+        durable engine may return a decision it recorded before (a recovered
+        run) or one delivered from another process. Cancellation and errors pass
+        through unchanged.
+        """
+        ...
+
+
 class LocalEngine:
     """The in-process engine: runs workflows and steps right here, at the cost of a call."""
 
@@ -150,6 +181,12 @@ class LocalEngine:
     ) -> Awaitable[Any]:
         # The body's own awaitable, handed straight back: a step pays no extra frame.
         return call()
+
+    def wait(
+        self, ctx: WorkflowContext, node: EventNode, wait: Wait, decision: Awaitable[Decision]
+    ) -> Awaitable[Decision]:
+        # In-process: the decision comes from this process's registry, as it is.
+        return decision
 
     async def spawn(
         self, ctx: WorkflowContext, node: EventNode, call: WorkflowCall, queue: str

@@ -24,7 +24,7 @@ __all__ = ["FINAL_STATUSES", "EventNode", "NodeStatus", "NodeType"]
 
 
 class NodeType(StrEnum):
-    """What a node stands for."""
+    """What a node stands for; ``wait`` is a run waiting for a person (`groundswell.waits`)."""
 
     WORKFLOW = "workflow"
     STEP = "step"
@@ -38,10 +38,12 @@ class NodeType(StrEnum):
     BUDGET = "budget"
     EXTRACTION = "extraction"
     SUMMARY = "summary"
+    WAIT = "wait"
 
 
 class NodeStatus(StrEnum):
-    """Where a node is in its life; ``revised`` marks a prompt replaced by a later one."""
+    """Where a node is in its life; ``revised`` marks a prompt replaced by a later one,
+    ``waiting`` a wait for a person's decision (`groundswell.waits`; not final)."""
 
     PENDING = "pending"
     RUNNING = "running"
@@ -49,6 +51,7 @@ class NodeStatus(StrEnum):
     FAILED = "failed"
     CANCELLED = "cancelled"
     REVISED = "revised"
+    WAITING = "waiting"
 
 
 FINAL_STATUSES = frozenset(
@@ -536,6 +539,7 @@ _MARKS = {
     NodeStatus.REVISED: "↺",
     NodeStatus.RUNNING: "…",
     NodeStatus.PENDING: "·",
+    NodeStatus.WAITING: "⧖",
 }
 
 
@@ -546,6 +550,7 @@ _STATUS_STYLE = {
     NodeStatus.REVISED: "magenta",
     NodeStatus.RUNNING: "cyan",
     NodeStatus.PENDING: "dim",
+    NodeStatus.WAITING: "bold blue",
 }
 
 

@@ -152,7 +152,8 @@ def note_detached(tree: EventTree, node: EventNode) -> None:
     # Work the run did not wait for (a gather sibling of a failed step, a sync step
     # that outlived its timeout in a thread) keeps running and may still change
     # the tree; say so on the workflow node instead of pretending it stopped.
-    running = [n for n in tree.walk(node.id) if n is not node and n.status is NodeStatus.RUNNING]
+    unfinished = (NodeStatus.RUNNING, NodeStatus.WAITING)
+    running = [n for n in tree.walk(node.id) if n is not node and n.status in unfinished]
     if running:
         tree.add_event(
             node, "detached", nodes=[tree.path(n.id) for n in running[:20]], count=len(running)

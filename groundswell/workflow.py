@@ -48,6 +48,7 @@ from .revision import replace_last_prompt
 from .run_context import Frame, current_frame, enter_frame, new_run_tree, reset_frame, set_frame
 from .step_body import call_body, check_awaited, start_body, within_timeout
 from .tree import EventNode, EventTree, NodeStatus, NodeType
+from .waits import NO_DEFAULT, ask_question
 from .workflow_input import input_model, validate_input
 from .workflow_options import WorkflowOptions, refuse_unknown
 
@@ -335,6 +336,43 @@ class WorkflowContext:
             reset_frame(token)
         tree.end_node(node, NodeStatus.COMPLETED, output=output, record_output=True)
         return cast("R", output)
+
+    @overload
+    async def ask(
+        self,
+        question: str,
+        response_format: None = None,
+        *,
+        timeout: float | None = None,
+        default: Any = NO_DEFAULT,
+    ) -> str: ...
+    @overload
+    async def ask(
+        self,
+        question: str,
+        response_format: type[R],
+        *,
+        timeout: float | None = None,
+        default: Any = NO_DEFAULT,
+    ) -> R: ...
+
+    async def ask(
+        self,
+        question: str,
+        response_format: Any = None,
+        *,
+        timeout: float | None = None,
+        default: Any = NO_DEFAULT,
+    ) -> Any:
+        """Ask a person ``question`` and return the answer (`groundswell.waits`).
+
+        Opens a ``wait`` node under the current node (the step running, else
+        the workflow) until someone answers with ``groundswell.waits.answer``;
+        the answer is text, or a value validated into ``response_format`` (an
+        answer that does not fit is refused and the question stays open). After
+        ``timeout`` seconds without one: ``default`` if given, else `WaitTimedOut`.
+        """
+        return await ask_question(self, question, response_format, timeout=timeout, default=default)
 
     def snapshot_state(self) -> dict[str, Any]:
         """A deep copy of ``state``, also recorded as a ``state_snapshot`` event.

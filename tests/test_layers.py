@@ -74,6 +74,8 @@ LAYERS: dict[str, int] = {
     "groundswell.revision": 4,
     "groundswell.workflow_input": 4,
     "groundswell.workflow_options": 4,
+    # people in the loop: waits the kernel opens through the execution engine
+    "groundswell.waits": 4,
     "groundswell.workflow": 4,
     # the agent loop
     "groundswell.agent": 5,

@@ -30,10 +30,10 @@ def test_enums_compare_equal_to_their_values() -> None:
     assert NodeStatus.REVISED == "revised"
     assert {t.value for t in NodeType} == {
         "workflow", "step", "prompt", "model_call", "tool_call", "mcp_call",
-        "mcp_connect", "reflection", "spawn", "budget", "extraction", "summary",
+        "mcp_connect", "reflection", "spawn", "budget", "extraction", "summary", "wait",
     }  # fmt: skip
     assert {s.value for s in NodeStatus} == {
-        "pending", "running", "completed", "failed", "cancelled", "revised",
+        "pending", "running", "completed", "failed", "cancelled", "revised", "waiting",
     }  # fmt: skip
 
 

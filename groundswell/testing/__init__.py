@@ -14,9 +14,11 @@ assert fake.requests[1].tool_results()[0]["content"] == "3"
 replays a saved run. Each fake has an answer cache of its own, so no test
 gets an answer another test's fake gave (``share_cache=True`` shares). The
 pytest plugin installed with Groundswell provides the ``fake_anthropic``,
-``fake_anthropic_server`` and ``fake_agents`` fixtures.
+``fake_anthropic_server`` and ``fake_agents`` fixtures. ``auto_answer(...)``
+answers the waits for people (``ctx.ask``) that code under test opens.
 """
 
+from ._auto_answer import AutoAnswer, auto_answer
 from ._batches import FakeBatch, FakeBatches
 from ._checks import (
     ProtocolViolation,
@@ -55,6 +57,7 @@ from ._thinking import redacted_thinking, thinking
 
 __all__ = [
     "FAKE_API_KEY",
+    "AutoAnswer",
     "ErrorReply",
     "FakeAnthropicAPI",
     "FakeBatch",
@@ -69,6 +72,7 @@ __all__ = [
     "Reply",
     "SchemaModel",
     "ScriptedModel",
+    "auto_answer",
     "auto_client",
     "check_cache_backend",
     "check_counter",
