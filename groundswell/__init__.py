@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from . import _sdk_logs  # noqa: F401  (the SDK's loggers scrubbed while Groundswell is imported)
 from . import waits as waits  # groundswell.waits: people in the loop (a module, not in __all__)
 from ._serialize import is_secret_key, redact, register_secret, scrub
+from .approval import Approval
 from .budget import TokenBudget
 from .cache import Cache, CacheLock, ToolCachePolicy, get_cache, request_cache_key, schema_hash
 from .claude_hooks import HookStopped, PromptBlocked
@@ -53,6 +54,7 @@ from .mcp_client import Elicitation
 from .plugins import PluginInfo, PluginManager, flush_sinks, get_plugin_manager
 from .pricing import set_prices
 from .prompt import Prompt, PromptOverrides, PromptTemplate, create_prompt
+from .questions import ask_user
 from .reflection import (
     ReflectionAPI,
     ReflectionConfig,
@@ -125,6 +127,7 @@ __all__ = [
     "Agent",
     "AgentMiddleware",
     "AgentOption",
+    "Approval",
     "Cache",
     "CacheBackend",
     "CacheLock",
@@ -196,6 +199,7 @@ __all__ = [
     "WorkflowError",
     "WorkflowResult",
     "__version__",
+    "ask_user",
     "clear_tool_cache",
     "create_agent",
     "create_prompt",

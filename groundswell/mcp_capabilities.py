@@ -6,8 +6,9 @@ that advertises elicitation always, sampling when the server's config sets
 progress token; the server's progress and log notifications become
 ``mcp_progress`` and ``mcp_log`` events on the call's ``mcp_call`` node (and
 ``agent.stream()`` events), scrubbed of secrets. A server's request for input
-goes to the ``on_elicitation`` handler (the server's, else the agent's; none:
-declined), and one for a completion to `groundswell.mcp_sampling`.
+goes to the ``on_elicitation`` handler (the server's, else the agent's; with
+neither, to a person through a ``question`` wait, `groundswell.waits`), and
+one for a completion to `groundswell.mcp_sampling`.
 
 A server's requests and log messages name no call (the ``mcp`` client tells
 a callback only the server's own request id): they go to the call the code
@@ -23,7 +24,9 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import inspect
+import json
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any, TypeVar
@@ -48,6 +51,7 @@ from ._serialize import redact, scrub
 from .mcp_client import ClientOptions, Elicitation, current_prompt, elicitation_handler
 from .run_context import current_frame
 from .tree import EventNode, EventTree, NodeType
+from .waits import open_wait
 
 __all__ = ["GroundswellClient", "ServerLink", "client_for"]
 
@@ -81,6 +85,8 @@ class Call:
         self._counts: dict[str, int] = {}
         #: Completions the server asked for during the call (`groundswell.mcp_sampling`).
         self.samplings = 0
+        #: Its questions to a person still open: cancelled when the call ends.
+        self.asking: set[asyncio.Task[ElicitResult]] = set()
 
     def record(self, kind: str, *, stream: bool = True, **data: Any) -> None:
         """An ``mcp_progress``/``mcp_log``/... event on the node (and, with ``stream``, on the
@@ -200,31 +206,65 @@ class ServerLink:
         event: dict[str, Any] = {"message": scrub(request.message), "mode": request.mode}
         if request.url is not None:
             event["url"] = scrub(request.url)
+        asking: Callable[[], Awaitable[ElicitResult]]
         if handler is None:
-            reason = (
-                f"no on_elicitation handler: Groundswell declined MCP server {self.server!r}'s "
-                f"request for input; set Agent(on_elicitation=...) or the server config's "
-                f"'on_elicitation' to answer it"
-            )
-            logger.info("%s", reason)
-            self._record(call, shared, event, action="decline", reason=reason)
-            return ElicitResult(action="decline", _meta={"groundswell/reason": reason})
-        event["handler"] = source
+            where = self._where(call)
+            if where is None:
+                reason = (
+                    f"no on_elicitation handler, and no run in progress to ask a person in: "
+                    f"Groundswell declined MCP server {self.server!r}'s request for input; set "
+                    f"Agent(on_elicitation=...) or the server config's 'on_elicitation' to "
+                    f"answer it"
+                )
+                logger.info("%s", reason)
+                self._record(call, shared, event, action="decline", reason=reason)
+                return ElicitResult(action="decline", _meta={"groundswell/reason": reason})
+            asking = functools.partial(self._ask_a_person, call, request, where)
+            what = "asking a person"
+        else:
+            asking = functools.partial(_handled, handler, call, request)
+            what = "the on_elicitation handler"
+        event["handler"] = source or "wait"
         try:
-            raw = await (
-                call.within(lambda: _call(handler, request)) if call else _call(handler, request)
-            )
-            answer = _answer(raw, request)
+            answer = await asking()
         except Exception as exc:  # the handler's bug: the server gets an error, the prompt goes on
             problem = scrub(f"{type(exc).__name__}: {exc}")
             self._record(call, shared, event, error=problem)
-            return ErrorData(
-                code=INTERNAL_ERROR, message=f"the on_elicitation handler failed: {problem}"
-            )
+            return ErrorData(code=INTERNAL_ERROR, message=f"{what} failed: {problem}")
         if answer.content is not None:
             event["content"] = redact(answer.content)
         self._record(call, shared, event, action=answer.action)
         return answer
+
+    def _where(self, call: Call | None) -> tuple[EventTree, EventNode, Any] | None:
+        """Where a person is asked for the server's input: under the asking call's node, else
+        the server's connect node (several calls in flight); ``None`` outside any call."""
+        if call is not None and call.node is not None and call.tree is not None:
+            return call.tree, call.node, call.run.workflow if call.run is not None else None
+        if self.calls and self.connect is not None:
+            run = self._run()
+            return *self.connect, run.workflow if run is not None else None
+        return None
+
+    async def _ask_a_person(
+        self, call: Call | None, request: Elicitation, where: tuple[EventTree, EventNode, Any]
+    ) -> ElicitResult:
+        """The server's request as a ``question`` wait; ended with the call that asked."""
+        if call is None:
+            return await ask_person(request, *where)
+        task = asyncio.get_running_loop().create_task(
+            ask_person(request, *where), context=call.context.copy()
+        )
+        call.asking.add(task)
+        try:
+            return await task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if task.cancelled() and (current is None or not current.cancelling()):
+                return ElicitResult(action="cancel")  # the call ended while the person was asked
+            raise
+        finally:
+            call.asking.discard(task)
 
     def _run(self) -> Any:
         """The prompt of every call in flight, when they all belong to one (else None)."""
@@ -236,6 +276,14 @@ class ServerLink:
             call.record("mcp_elicitation", stream=False, **event, **more)
         elif shared:
             self.note("mcp_elicitation", shared, **event, **more)
+
+
+async def _handled(
+    handler: Callable[[Elicitation], Any], call: Call | None, request: Elicitation
+) -> ElicitResult:
+    """The answer of an ``on_elicitation`` handler, run in the asking call's context."""
+    raw = await (call.within(lambda: _call(handler, request)) if call else _call(handler, request))
+    return _answer(raw, request)
 
 
 async def _call(handler: Callable[[Elicitation], Any], request: Elicitation) -> Any:
@@ -250,6 +298,84 @@ async def _call(handler: Callable[[Elicitation], Any], request: Elicitation) -> 
     if inspect.isawaitable(result):
         result = await result
     return result
+
+
+async def ask_person(
+    request: Elicitation, tree: EventTree, parent: EventNode, workflow: Any
+) -> ElicitResult:
+    """A server's request for input, answered by a person through a ``question`` wait.
+
+    Its request holds the ``question`` (the server's message), the JSON
+    ``schema`` the answer must fit (the server's form; for a URL, ``true`` when
+    the person agrees to open it), the ``server``, the ``mode``, the ``url`` and
+    the ``mcp_call`` that asked, when known. An answer is accepted; a rejection
+    (``groundswell.waits.reject``) declines.
+    """
+    schema: dict[str, Any]
+    validate: Callable[[Any], Any]
+    if request.mode == "url":
+        schema = {"type": "boolean", "description": "true: the person agrees to open the URL"}
+        validate = _agreed
+    else:
+        schema = request.schema or {"type": "object", "properties": {}}
+        validate = _form(schema)
+    asked: dict[str, Any] = {
+        "question": request.message,
+        "schema": schema,
+        "server": request.server,
+        "mode": request.mode,
+    }
+    if request.url is not None:
+        asked["url"] = request.url
+    if request.tool is not None:
+        asked["mcp_call"] = request.tool
+    decision = await open_wait(
+        "question",
+        asked,
+        tree=tree,
+        parent=parent,
+        name="elicitation",
+        validate=validate,
+        workflow=workflow,
+        verbs=("answer", "reject"),
+    )
+    if decision.kind == "reject":
+        return ElicitResult(action="decline", _meta={"groundswell/reason": decision.reason})
+    if request.mode == "url":
+        return ElicitResult(action="accept" if decision.value else "decline")
+    return ElicitResult(action="accept", content=decision.value)
+
+
+def _form(schema: Mapping[str, Any]) -> Callable[[Any], dict[str, Any]]:
+    """How a person's answer to a form is checked: an object (or JSON text of one) that fits."""
+
+    def validate(value: Any) -> dict[str, Any]:
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError:
+                value = None
+        if not isinstance(value, Mapping):
+            fields = sorted(schema.get("properties") or {})
+            raise ValueError(
+                f"the server asks for a form with the fields {fields}: answer with an object "
+                "of them (a dict, or its JSON text), or reject the question to decline"
+            )
+        problem = _schema_problem(schema, value)
+        if problem is not None:
+            raise ValueError(problem)
+        return dict(value)
+
+    return validate
+
+
+def _agreed(value: Any) -> bool:
+    """A person's answer to "open this URL?": true or false (or their JSON text)."""
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    if not isinstance(value, bool):
+        raise ValueError(f"answer true (open the URL) or false, got {value!r:.40}")
+    return value
 
 
 class BadAnswer(ValueError):
@@ -386,6 +512,8 @@ class GroundswellClient(Client):
             )
         finally:
             link.calls.remove(call)
+            for asking in call.asking:  # nobody is left to take the person's answer
+                asking.cancel()
 
 
 def _both(ours: ProgressFnT, theirs: ProgressFnT | None) -> ProgressFnT:

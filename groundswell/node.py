@@ -13,7 +13,7 @@ import math
 import os
 import random
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from enum import StrEnum
 from typing import Any, TypeGuard
 
@@ -148,9 +148,9 @@ class EventNode:
         self._events: list[dict[str, Any]] | None = None
         self.error: dict[str, Any] | None = None
         self._t0: float = time.perf_counter()
-        # False while a step's or workflow's sums of the model calls below it are not
-        # final in its metrics (`_add_sums`); other nodes have none to add.
-        self._summed: bool = self.type not in SUMMED_BELOW
+        # False while what a model call cost, or a prompt's, step's or workflow's sums
+        # of the model calls below it, may be missing from its metrics (`_add_sums`).
+        self._summed: bool = False
 
     @property
     def children(self) -> list[EventNode]:
@@ -283,7 +283,7 @@ def new_node(
     node._events = None
     node.error = None
     node._t0 = time.perf_counter()
-    node._summed = node.type not in SUMMED_BELOW
+    node._summed = False
     return node
 
 
@@ -321,29 +321,61 @@ def metrics_of(node: EventNode) -> dict[str, Any]:
     return {} if duration is None else {"duration": duration}
 
 
-#: The nodes whose metrics add up the model calls below them when read (`_add_sums`).
-SUMMED_BELOW = frozenset({NodeType.STEP, NodeType.WORKFLOW})
+#: The nodes whose metrics get what model calls cost when read (`_add_sums`): a model
+#: call its own cost, a prompt the cost of those below it (nested prompts' too), a
+#: step or workflow their cost and tokens.
+SUMMED = frozenset({NodeType.MODEL_CALL, NodeType.PROMPT, NodeType.STEP, NodeType.WORKFLOW})
+_TOTALS = frozenset({NodeType.STEP, NodeType.WORKFLOW})
 _MODEL_CALL = NodeType.MODEL_CALL
+_PROMPT = NodeType.PROMPT
+#: ``(node, metrics)`` -> sets ``metrics["cost_usd"]`` of a model call from its usage
+#: (`groundswell.pricing` sets it: the price table lives there).
+_pricer: list[Callable[[EventNode, dict[str, Any]], None]] = []
+
+
+def set_pricer(price: Callable[[EventNode, dict[str, Any]], None]) -> None:
+    """Make ``price(node, metrics)`` what sets a model call's ``cost_usd`` from its usage."""
+    _pricer[:] = [price]
+
+
+def own_metrics(node: EventNode) -> dict[str, Any]:
+    """``node.metrics`` for writing on the hot path: the dict, without adding up costs."""
+    metrics = node._metrics
+    if metrics is None:
+        metrics = node._metrics = {}
+        duration = node._duration
+        if duration is not None:
+            metrics["duration"] = duration
+    return metrics
 
 
 def _add_sums(node: EventNode, metrics: dict[str, Any] | None) -> None:
-    """Put in a step's or workflow's metrics (``metrics``, else its own, made if need
-    be) what the model calls below it cost (``cost_usd``) and used (``usage``,
+    """Put in ``node``'s metrics (``metrics``, else its own, made if need be) what its
+    model calls cost (``cost_usd``) and, for a step or workflow, used (``usage``,
     ``prompt_cache_share``).
 
-    Added up when read, not as each prompt ends: a run that never reads them (most
-    steps of most runs, when no sink is watching) never pays for a dict per step.
-    Final once the node has ended, then kept.
+    Worked out when read, not as each call ends: a run nobody reads them from (no
+    sink watching, no budget in dollars) never prices a call nor makes a dict per
+    step. Final once the node has ended, then kept.
     """
+    kind = node.type
+    if kind not in SUMMED:  # nothing to add up, ever
+        node._summed = True
+        return
     ended = node.ended_at is not None
+    if kind is _MODEL_CALL:
+        own = node._metrics if metrics is None else metrics
+        if own is not None and "cost_usd" not in own and "usage" in own and _pricer:
+            _pricer[0](node, own)
+        if ended:
+            node._summed = True
+        return
     sums = _sums_below(node)
     if sums:
+        if kind is _PROMPT:  # its cost only: its usage is its own calls'
+            sums.pop("usage", None)
         if metrics is None:
-            metrics = node._metrics
-            if metrics is None:
-                metrics = node._metrics = {}
-                if node._duration is not None:
-                    metrics["duration"] = node._duration
+            metrics = own_metrics(node)
         metrics.update(sums)
         usage = sums.get("usage")
         if usage and usage.get("cache_read_input_tokens"):  # else the share is 0: left out
@@ -361,11 +393,13 @@ def _sums_below(node: EventNode) -> dict[str, Any]:
     while stack:
         below = stack.pop()
         kind = below.type
-        if kind is _MODEL_CALL or (below._summed and kind in SUMMED_BELOW):
+        if kind is _MODEL_CALL or (below._summed and kind in _TOTALS):
             # A model call, or a step or workflow whose sums are final (or recorded).
             metrics = below._metrics
             if metrics is None:
                 continue
+            if not below._summed:
+                _add_sums(below, metrics)
             if "cost_usd" in metrics:
                 costed = True
                 spent = metrics["cost_usd"]

@@ -28,15 +28,13 @@ from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from .errors import ConfigurationError, TokenBudgetExceeded
-from .node import EventNode, NodeType, cache_share, metrics_of
+from .node import EventNode, cache_share, metrics_of, own_metrics, set_pricer
 
 __all__ = [
-    "UNCHARGED",
     "DollarLimits",
     "Price",
     "Rates",
     "Spend",
-    "add_mounted",
     "cache_share",
     "charge",
     "current_spend",
@@ -44,7 +42,6 @@ __all__ = [
     "leave_spend",
     "price_of",
     "set_prices",
-    "settle",
     "usage_cost",
 ]
 
@@ -90,8 +87,6 @@ _prices: dict[str, Price | None] = {}
 _overrides: dict[str, Price] = {}
 # One lock for the table and for adding costs up: sync steps run in worker threads.
 _lock = threading.Lock()
-#: `PromptRun.spent` before any model call of the attempt is charged (a cost is never < 0).
-UNCHARGED = -1.0
 
 
 def set_prices(
@@ -378,69 +373,40 @@ class DollarLimits:
         )
 
 
-def charge(
-    node: EventNode, prompt: EventNode, model: str, usage: Mapping[str, int], reported: Any
-) -> float | None:
-    """Record what the model call ``node`` cost (``None``: unknown) on it, on its
-    ``prompt`` and in the spend scopes it runs in, and return it (`settle` takes the
-    prompt's further up)."""
+def charge(node: EventNode, model: str, usage: Mapping[str, int], reported: Any) -> None:
+    """Price the model call ``node`` now when it cannot wait: a dollar budget is
+    counting (`enter_spend`), or it wrote to the prompt cache (the reply's split of
+    5-minute and 1-hour writes is not kept). Otherwise it is priced from its usage
+    when its metrics are first read (`groundswell.node.metrics_of`), so a run nobody
+    reads costs from never prices a call."""
+    spend = _spend.get()
+    if spend is None and not usage.get("cache_creation_input_tokens"):
+        return
+    cost = _cost(model, usage, reported)
+    own_metrics(node)["cost_usd"] = cost
+    if spend is not None:
+        with _lock:
+            while spend is not None:
+                if cost is None:
+                    spend.unpriced.add(model)
+                else:
+                    spend.usd += cost
+                spend = spend.outer
+
+
+def _cost(model: str, usage: Mapping[str, int], reported: Any = None) -> float | None:
     price = _prices.get(model, _MISSING)
     if price is _MISSING:
         price = _resolve(model)
-    cost = None if price is None else usage_cost(price, usage, reported)  # type: ignore[arg-type]
-    node.metrics["cost_usd"] = cost
-    metrics = prompt.metrics
-    with _lock:
-        sofar = metrics.get("cost_usd", 0.0)
-        # Unknown stays unknown: a sum without one call's cost would understate it.
-        metrics["cost_usd"] = None if sofar is None or cost is None else sofar + cost
-        spend = _spend.get()
-        while spend is not None:
-            if cost is None:
-                spend.unpriced.add(model)
-            else:
-                spend.usd += cost
-            spend = spend.outer
-    return cost
+    return None if price is None else usage_cost(price, usage, reported)  # type: ignore[arg-type]
 
 
-def settle(tree: Any, prompt: EventNode, own: float | None) -> None:
-    """As ``prompt`` ends: add ``own``, what its own model calls cost (the sum of what
-    `charge` returned), to the prompts above it (one run inside a tool of another),
-    which count what the prompts inside them cost. Steps and workflows add up the
-    model calls below them when read (`groundswell.node.metrics_of`)."""
-    parent_id = prompt.parent_id
-    get_node = tree.get_node
-    while parent_id is not None:
-        above = get_node(parent_id)
-        if above.type is NodeType.PROMPT:
-            with _lock:
-                _add_up(tree, above, own)
-            return
-        parent_id = above.parent_id
+def _price_node(node: EventNode, metrics: dict[str, Any]) -> None:
+    """Set ``metrics["cost_usd"]`` of the model call ``node`` from its usage (the
+    price of its model: the node's name)."""
+    usage = metrics.get("usage")
+    if isinstance(usage, Mapping) and usage:
+        metrics["cost_usd"] = _cost(node.name, usage)
 
 
-def add_mounted(tree: Any, root: EventNode) -> None:
-    """Add the cost of a subtree recorded elsewhere (just mounted under the tree) to the
-    prompts above it, as if its model calls had run here (steps and workflows add up
-    the model calls below them when read, mounted ones too)."""
-    costs: list[float | None] = []
-    for n in tree.walk(root.id):
-        if n.type is NodeType.MODEL_CALL:
-            costs.append(metrics_of(n).get("cost_usd", 0.0))
-    if costs:
-        total = None if any(c is None for c in costs) else float(sum(c for c in costs if c))
-        settle(tree, root, total)
-
-
-def _add_up(tree: Any, prompt: EventNode, cost: float | None) -> None:
-    """Add ``cost`` to ``prompt`` and the prompts above it; under `_lock`."""
-    node: EventNode | None = prompt
-    get_node = tree.get_node
-    while node is not None:
-        if node.type is NodeType.PROMPT:
-            metrics = node.metrics
-            sofar = metrics.get("cost_usd", 0.0)
-            # Unknown stays unknown: a sum without one call's cost would understate it.
-            metrics["cost_usd"] = None if sofar is None or cost is None else sofar + cost
-        node = get_node(node.parent_id) if node.parent_id is not None else None
+set_pricer(_price_node)

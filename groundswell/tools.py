@@ -329,6 +329,8 @@ class Tool:
     finishes in the background). ``context_ttl`` (model turns) replaces the
     tool's results in the conversation with a short note once the model has
     seen them that many times (``None``: the agent's ``context_ttl``, if any).
+    ``requires_approval=True`` makes every call wait for a person's approval
+    before it runs (see ``Agent(approval=...)`` and docs/people-in-the-loop.md).
     """
 
     node_type = NodeType.TOOL_CALL
@@ -344,6 +346,7 @@ class Tool:
         toolset: str | None = None,
         timeout: float | None = None,
         context_ttl: int | None = None,
+        requires_approval: bool = False,
     ) -> None:
         if not callable(fn):
             raise ToolError(f"a tool needs a callable, got {type(fn).__name__}")
@@ -372,6 +375,12 @@ class Tool:
         self.timeout = check_timeout(timeout, label)
         #: Model turns its results stay in the conversation (``None``: the agent's ``context_ttl``).
         self.context_ttl = check_context_ttl(context_ttl, label)
+        if not isinstance(requires_approval, bool):
+            raise ConfigurationError(
+                f"{label}: requires_approval must be True or False, got {requires_approval!r:.40}"
+            )
+        #: Every call waits for a person's approval before it runs.
+        self.requires_approval = requires_approval
         self.name: str = name or str(getattr(fn, "__name__", ""))
         if not _NAME.match(self.name):
             raise ToolError(

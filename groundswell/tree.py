@@ -43,7 +43,6 @@ from .node import (
 )
 from .node import label_parts as label_parts
 from .node import label_separator as label_separator
-from .pricing import add_mounted
 from .tracebacks import failure_record
 
 __all__ = ["EventNode", "EventTree", "NodeStatus", "NodeType", "Replayer"]
@@ -309,8 +308,8 @@ class EventTree:
                 above = found
             by_id[node.id] = node
             self._attach(node, above)
-        # What the mounted model calls cost counts in the prompts, steps and workflows above.
-        add_mounted(self, nodes[0])
+        # What the mounted model calls cost counts in the prompts, steps and workflows
+        # above as their metrics are read (`node.metrics_of` adds up what is below).
         if self._dispatch is not None:
             run_id = self._run_id()
             for node in nodes:

@@ -64,7 +64,7 @@ class Wait:
     id of the run's root node and ``node_id`` that of the ``wait`` node.
     ``request`` (JSON, secrets removed) is what it waits for: for a question
     ``{"question", "schema"}`` (the JSON schema the answer must fit), for an
-    approval the tool's name and input. ``opened_at`` and ``deadline`` (when
+    approval ``{"tool", "input", "agent", "tool_use_id"}``. ``opened_at`` and ``deadline`` (when
     its declared outcome applies, or ``None``) are Unix times in seconds.
     """
 
@@ -76,9 +76,17 @@ class Wait:
     opened_at: float
     deadline: float | None = None
 
+    @property
+    def agent(self) -> str | None:
+        """The agent the wait is for (an approval's, or an agent's ``ask_user`` question),
+        from ``request["agent"]``; ``None`` for a workflow's own ``ctx.ask``."""
+        agent = self.request.get("agent")
+        return agent if isinstance(agent, str) else None
+
     def to_dict(self) -> dict[str, Any]:
-        """The wait as a JSON-safe dict (what an HTTP listing or a chat message shows)."""
-        return dataclasses.asdict(self)
+        """The wait as a JSON-safe dict (what an HTTP listing or a chat message shows),
+        with its ``agent``."""
+        return {**dataclasses.asdict(self), "agent": self.agent}
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +152,7 @@ Answerer = Callable[[Wait], Decision | None]
 class _Open:
     """A wait in this process's registry, and how to deliver its outcome to its run."""
 
-    __slots__ = ("future", "loop", "on_timeout", "timeout", "validate", "wait")
+    __slots__ = ("future", "loop", "on_timeout", "timeout", "validate", "verbs", "wait")
 
     def __init__(
         self,
@@ -153,6 +161,7 @@ class _Open:
         validate: Callable[[Any], Any] | None,
         on_timeout: Decision | None,
         timeout: float | None,
+        verbs: tuple[DecisionKind, ...] | None = None,
     ) -> None:
         self.wait = wait
         self.loop = loop
@@ -160,6 +169,8 @@ class _Open:
         self.validate = validate
         self.on_timeout = on_timeout
         self.timeout = timeout
+        #: The verbs that decide it, when not its kind's (`VERBS`).
+        self.verbs = verbs
 
 
 # Answers come from any thread: the registry is read and changed under this lock.
@@ -267,7 +278,7 @@ def _decide(wait_id: str, decision: Decision) -> Answered:
     """Check ``decision`` against the wait, close the wait and send the decision to its run."""
     entry = _entry(wait_id)
     wait = entry.wait
-    verbs = VERBS.get(wait.kind)
+    verbs = entry.verbs or VERBS.get(wait.kind)
     if verbs is not None and decision.kind not in verbs:
         how = " or ".join(f"groundswell.waits.{v}({wait_id!r}, ...)" for v in verbs)
         raise InvalidAnswer(
@@ -405,6 +416,7 @@ async def open_wait(
     on_timeout: Decision | None = None,
     validate: Callable[[Any], Any] | None = None,
     workflow: WorkflowContext | None = None,
+    verbs: tuple[DecisionKind, ...] | None = None,
 ) -> Decision:
     """Open a wait under ``parent`` and return the `Decision` on it: the kernel's seam.
 
@@ -418,7 +430,8 @@ async def open_wait(
     ``timeout`` seconds with no decision, ``on_timeout`` applies (marked
     ``timed_out``), or `WaitTimedOut` is raised when it is ``None``. The node
     ends ``completed`` with the decision, ``failed`` on an error, ``cancelled``
-    when the awaiting task is.
+    when the awaiting task is. ``verbs`` names the verbs that decide this wait
+    when they are not its kind's (a server's question may also be rejected).
     """
     check_timeout(timeout, f"wait {name!r}")
     wait_id = _new_id()
@@ -432,7 +445,7 @@ async def open_wait(
     root = tree.root
     wait = Wait(wait_id, kind, root.id if root else node.id, node.id, request, opened, deadline)
     loop = asyncio.get_running_loop()
-    entry = _Open(wait, loop, validate, on_timeout, timeout)
+    entry = _Open(wait, loop, validate, on_timeout, timeout, verbs)
     with _lock:
         _open[wait_id] = entry
     timer = None

@@ -33,7 +33,7 @@ LAYERS: dict[str, int] = {
     "groundswell.request_settings": 0,
     "groundswell.tracebacks": 0,
     "groundswell.node": 1,
-    # what model calls cost: kept on nodes, and added up as the tree mounts a subtree
+    # what model calls cost: the price table, dollar budgets, and pricing on read
     "groundswell.pricing": 1,
     "groundswell.tree": 1,
     "groundswell._render": 1,
@@ -76,6 +76,9 @@ LAYERS: dict[str, int] = {
     "groundswell.workflow_options": 4,
     # people in the loop: waits the kernel opens through the execution engine
     "groundswell.waits": 4,
+    # tool approval's policy, and the ask_user tool: people in the loop for agents
+    "groundswell.approval": 4,
+    "groundswell.questions": 4,
     "groundswell.workflow": 4,
     # the agent loop
     "groundswell.agent": 5,

@@ -30,10 +30,12 @@ from groundswell.testing import (
     FakeAnthropicAPI,
     MessagesRequest,
     Reply,
+    auto_answer,
     text,
     tool_calls,
     tool_use,
 )
+from groundswell.waits import Decision, Wait
 
 from .published_mcp import npm_server
 
@@ -189,16 +191,36 @@ async def test_an_elicitation_reaches_the_agents_handler_and_its_answer_the_serv
 
 
 @pytest.mark.slow
-async def test_without_a_handler_an_elicitation_is_declined_and_says_why() -> None:
+async def test_without_a_handler_a_person_answers_through_a_question_wait() -> None:
+    asked: list[Wait] = []
+
+    def person(wait: Wait) -> Any:
+        asked.append(wait)
+        if len(asked) == 1:
+            return {"name": "Ada Lovelace", "check": True, "integer": 7}
+        return Decision.reject("not filling that in")
+
     fake = FakeAnthropicAPI(calling(ELICIT))
-    agent = Agent(name="unattended", mcps=[everything()], client=fake.client())
-    result = await agent.run("Fill in the form.")
-    assert "declined to provide" in result.output
-    # The server shows the raw answer, and with it the reason.
-    assert "no on_elicitation handler" in result.output
-    (event,) = only_call(result).events
-    assert event["action"] == "decline"
-    assert "Agent(on_elicitation=...)" in event["reason"]
+    agent = Agent(name="attended", mcps=[everything()], client=fake.client())
+    with auto_answer(person, by="operator"):
+        async with agent:
+            accepted, declined = [await agent.run("Fill in the form.") for _ in range(2)]
+    wait = asked[0]
+    assert (wait.kind, wait.request["server"], wait.request["mode"]) == (
+        "question",
+        "everything",
+        "form",
+    )
+    assert wait.request["question"] == "Please provide inputs for the following fields:"
+    assert wait.request["schema"]["required"] == ["name"]
+    assert "- Name: Ada Lovelace" in accepted.output
+    call = only_call(accepted)
+    (event,) = call.events
+    assert (event["action"], event["handler"]) == ("accept", "wait")
+    (node,) = call.children
+    assert (node.type, node.payload["answered_by"]) == ("wait", "operator")
+    assert "declined to provide" in declined.output
+    assert only_call(declined).events[0]["action"] == "decline"
 
 
 @pytest.mark.slow

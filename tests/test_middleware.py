@@ -908,7 +908,7 @@ def test_plugins_all_lists_the_installed_middleware_and_the_kernels_with_their_o
         "    agent middleware: reflection (100, default), hooks (210, default), "
         "extraction (220, default), skills (230, default), context (240, default), "
         "mcp (250, default), context_ttl (255, default), budget (260, default), "
-        "cache (300, default), "
+        "approval (280, default), cache (300, default), "
         "tool_cache (310, default), tool_timeout (320, default), prompt_cache (900, default)"
     )
     listed = gs("plugins", "--all", "--json", env=env)

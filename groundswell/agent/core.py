@@ -19,6 +19,7 @@ from typing import Any, Generic, TypeAlias, TypeVar, overload
 import anthropic
 
 from .._serialize import register_secret
+from ..approval import Approval, Policy, check_approval
 from ..blocking import run_blocking
 from ..budget import TokenBudget, check_budget, check_retention
 from ..cache import Cache, ToolCachePolicy
@@ -76,10 +77,15 @@ class Agent(Generic[DepsT]):
     ``continue_on_max_tokens=True`` asks for another turn when the reply is
     cut off inside a tool call; ``max_retry_wait`` (seconds, default 60) caps
     how long an API's ``Retry-After`` is honoured. ``tool_timeout`` (seconds) bounds every tool call that sets
-    no ``Tool(timeout=...)`` of its own. ``on_elicitation`` answers the
+    no ``Tool(timeout=...)`` of its own. ``approval`` makes tool calls wait
+    for a person's approval besides those of tools built with
+    ``requires_approval=True``: ``True`` (every call), a function given the
+    `ToolCall` returning ``True`` when that call needs it, or an `Approval`
+    (which also sets a deadline). ``on_elicitation`` answers the
     requests for input of the agent's local MCP servers (a function taking an
-    `Elicitation`; a server's own ``on_elicitation`` wins; without one they
-    are declined). ``token_budget`` (a `TokenBudget`) caps
+    `Elicitation`; a server's own ``on_elicitation`` wins; without one a person
+    answers them through a ``question`` wait, `groundswell.waits`).
+    ``token_budget`` (a `TokenBudget`) caps
     the input of every model turn. ``context_ttl`` (model turns) replaces
     each tool result in the conversation with a short note once the model has
     seen it that many times (a `Tool`'s own ``context_ttl`` wins);
@@ -137,6 +143,7 @@ class Agent(Generic[DepsT]):
         max_retry_wait: float = 60.0,
         max_turns: int = 20,
         tool_timeout: float | None = None,
+        approval: bool | Policy | Approval | None = None,
         on_elicitation: Callable[[Elicitation], Any] | None = None,
         token_budget: TokenBudget | None = None,
         context_ttl: int | None = None,
@@ -214,6 +221,7 @@ class Agent(Generic[DepsT]):
             "env": dict(env or {}),
             "max_turns": max_turns,
             "tool_timeout": check_timeout(tool_timeout, owner),
+            "approval": check_approval(approval, owner),
             "on_elicitation": on_elicitation,
             "token_budget": check_budget(token_budget, owner),
             "context_ttl": check_context_ttl(context_ttl, owner),

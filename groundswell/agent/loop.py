@@ -25,7 +25,8 @@ from ..errors import (
     ToolError,
 )
 from ..model import api_error, call_model, is_retryable_stream_error
-from ..pricing import UNCHARGED, cache_share, charge, settle
+from ..node import own_metrics
+from ..pricing import cache_share, charge
 from ..run_context import Frame, current_frame, enter_frame, reset_frame, set_frame
 from ..tools import ToolContext, ToolFailed, is_interrupt, tool_error_text, tool_result_content
 from ..tree import NodeStatus, NodeType
@@ -162,7 +163,7 @@ async def _attempt(run: PromptRun, layers: Layers) -> PromptResult[Any]:
     node = tree.start_node(
         NodeType.PROMPT, agent.name, outer.node if outer else None, payload=payload, trusted=True
     )
-    metrics = node.metrics
+    metrics = own_metrics(node)
     if run.attempt is not None:
         metrics["attempt"] = run.attempt
     run.begin_attempt(node)
@@ -195,19 +196,17 @@ async def _attempt(run: PromptRun, layers: Layers) -> PromptResult[Any]:
             run.drop_deferred()
         metrics["usage"] = usage
         cache_share(metrics, usage)
-        spent = run.spent
-        if spent != UNCHARGED or "cost_usd" in metrics:
-            settle(tree, node, 0.0 if spent == UNCHARGED else spent)
         _record_system(run)
         tree.end_node_after(node, exc)
         raise
     finally:
         reset_frame(token)
+    # Its cost is worked out from its model calls when read (`groundswell.node`).
     metrics["usage"] = usage
-    cache_share(metrics, usage)
-    spent = run.spent
-    if spent != UNCHARGED or "cost_usd" in metrics:  # what it cost, added up the tree
-        settle(tree, node, 0.0 if spent == UNCHARGED else spent)
+    if usage.get("cache_read_input_tokens"):
+        cache_share(metrics, usage)
+    elif usage.get("input_tokens") or usage.get("cache_creation_input_tokens"):
+        metrics["prompt_cache_share"] = 0.0  # `cache_share`'s answer, without its call
     metrics["turns"] = result.turns
     if run.system:  # `_record_system`, inline on the way every prompt takes
         node.payload["system"] = jsonable(run.system)
@@ -427,13 +426,10 @@ async def _model_turn(run: PromptRun, params: dict[str, Any]) -> tuple[Any, list
             if isinstance(value, int):
                 turn_usage[name] = value
                 usage[name] = usage.get(name, 0) + value
-        metrics = node.metrics
+        metrics = own_metrics(node)
         metrics["usage"] = turn_usage
-        if turn_usage:  # its cost, on the node and its prompt (`settle` goes further up)
-            cost = charge(node, parent, model, turn_usage, reported)
-            spent = run.spent
-            if spent is not None:
-                run.spent = None if cost is None else (cost if spent == UNCHARGED else spent + cost)
+        if turn_usage:  # priced now if a dollar budget counts it, else when read
+            charge(node, model, turn_usage, reported)
         metrics["attempt"] = attempt
         content = [_block(b) for b in message.content]
         texts: list[str] = []

@@ -18,7 +18,6 @@ from ..errors import ConfigurationError, GroundswellError, PluginError
 from ..model import build_request
 from ..node import metrics_of
 from ..plugins import get_plugin_manager
-from ..pricing import UNCHARGED
 from ..tools import Tool, ToolHandler, tool_for
 from ..tree import EventNode, EventTree
 
@@ -281,9 +280,6 @@ class PromptRun:
         self.system: Any = None
         self.tools = Toolbox()
         self.usage: dict[str, int] = {}
-        #: What this attempt's own model calls cost in USD (``None``: one had no price);
-        #: `UNCHARGED` until one is charged.
-        self.spent: float | None = UNCHARGED
         self.scratch: dict[str, Any] = {}
         #: The attempt running now when a middleware retries the prompt (1 for the
         #: first), else ``None``; recorded on the prompt node as ``metrics["attempt"]``.
@@ -399,7 +395,6 @@ class PromptRun:
         """Start an attempt under ``node``: fresh settings, usage and conversation state."""
         if self._node is not None:  # a retry: nothing of the failed attempt carries over
             self.usage = {}
-            self.spent = UNCHARGED
             self.messages = []
             self.tools = Toolbox()
             self.drop_deferred()

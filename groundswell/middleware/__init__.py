@@ -19,6 +19,7 @@ context     240    context providers' text in the system prompt
 mcp         250    local MCP servers as tools, remote ones sent
 context_ttl 255    old tool results expire; a history's answers only
 budget      260    token budgets before every model turn
+approval    280    tool calls wait for a person's approval
 cache       300    the answer cache (a hit skips the model)
 tool_cache  310    per-tool result caching
 tool_timeout 320   a deadline on each tool call
@@ -46,6 +47,7 @@ DEFAULT_MIDDLEWARE: tuple[tuple[str, int, str, str, str], ...] = (
     ("mcp", 250, "mcp", "MCPServers", "MCP servers as tools"),
     ("context_ttl", 255, "context_ttl", "ContextTTL", "tool results expire (context_ttl)"),
     ("budget", 260, "budget", "Budget", "token budgets"),
+    ("approval", 280, "approval", "ToolApproval", "tool calls wait for a person's approval"),
     ("cache", 300, "cache", "AnswerCache", "the answer cache"),
     ("tool_cache", 310, "cache", "ToolResultCache", "tool-result caching"),
     ("tool_timeout", 320, "tool_timeout", "ToolTimeout", "a deadline on each tool call"),

@@ -66,7 +66,10 @@ _calling: ContextVar[tuple[HookState, EventNode] | None] = ContextVar(
 )
 _STATE = "hooks.state"
 _PARENT = "hooks.parent"
-_TITLES = {"retry_wait": "Waiting to retry the model call"}
+_TITLES = {
+    "retry_wait": "Waiting to retry the model call",
+    "permission_prompt": "Waiting for a person to approve a tool call",
+}
 
 
 class ClaudeHooks(Middleware):
