@@ -115,6 +115,58 @@ async def sequential(transport: str = "fake") -> dict[str, Any]:
     }
 
 
+async def prompt_cache_auto() -> dict[str, Any]:
+    """What automatic prompt caching (one top-level ``cache_control``) adds to a prompt.
+
+    Three agents with the same system prompt on the canned transport, interleaved
+    call by call (in rotating order) inside one step each: ``prompt_cache=True``;
+    ``prompt_cache=False`` with the same field passed by hand (``cache_control=``,
+    sent as it is); and ``prompt_cache=False`` alone. ``added_us`` is what the
+    setting adds over sending nothing; ``added_over_field_us`` what it adds over
+    the field itself (the SDK's own cost of one more field excluded).
+    """
+    system = "You answer in one word."
+    agents = {
+        "on": Agent(
+            name="on", client=canned_client(), max_tokens=16, system=system, prompt_cache=True
+        ),
+        "field": Agent(
+            name="field",
+            client=canned_client(),
+            max_tokens=16,
+            system=system,
+            prompt_cache=False,
+            cache_control={"type": "ephemeral"},
+        ),
+        "off": Agent(
+            name="off", client=canned_client(), max_tokens=16, system=system, prompt_cache=False
+        ),
+    }
+    order = list(agents.items())
+    times: dict[str, list[int]] = {name: [] for name in agents}
+
+    @workflow(name="bench-prompt-cache")
+    async def flow(ctx: WorkflowContext) -> None:
+        for i in range(SEQUENTIAL):
+            k = i % len(order)  # rotating: no agent is always first
+            for name, agent in order[k:] + order[:k]:
+                t0 = time.perf_counter_ns()
+                await ctx.step(name, agent.prompt("ping"))
+                times[name].append(time.perf_counter_ns() - t0)
+
+    for _ in range(ROUNDS):
+        await flow.run()
+    on, field, off = (statistics.median(times[n]) / 1000 for n in ("on", "field", "off"))
+    return {
+        "calls": len(times["on"]),
+        "prompt_cache_on_us": round(on, 1),
+        "field_by_hand_us": round(field, 1),
+        "prompt_cache_off_us": round(off, 1),
+        "added_us": round(on - off, 1),
+        "added_over_field_us": round(on - field, 1),
+    }
+
+
 async def concurrent() -> dict[str, Any]:
     api = fake()
     client = api.client(max_retries=0)
@@ -144,7 +196,12 @@ async def concurrent() -> dict[str, Any]:
 
 
 async def run_all() -> dict[str, Any]:
-    return {"sequential": await sequential(), "concurrent_1000": await concurrent()}
+    return {
+        "sequential": await sequential(),
+        "sequential_canned": await sequential("canned"),
+        "prompt_cache_auto": await prompt_cache_auto(),
+        "concurrent_1000": await concurrent(),
+    }
 
 
 def main() -> None:

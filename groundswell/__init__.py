@@ -14,6 +14,7 @@ from .cache import Cache, CacheLock, ToolCachePolicy, get_cache, request_cache_k
 from .claude_hooks import HookStopped, PromptBlocked
 from .context_providers import ContextRequest
 from .errors import (
+    BatchUnanswered,
     ConfigurationError,
     ContextWindowExceeded,
     ExtractionError,
@@ -128,6 +129,7 @@ __all__ = [
     "AgentMiddleware",
     "AgentOption",
     "Approval",
+    "BatchUnanswered",
     "Cache",
     "CacheBackend",
     "CacheLock",

@@ -8,7 +8,8 @@ Every error a user can catch derives from `GroundswellError`::
     ├── ModelAPIError               the Anthropic API answered with an error
     │   ├── ModelRefused            the model declined to answer (stop reason refusal)
     │   ├── ContextWindowExceeded   the reply filled the model's context window
-    │   └── OutputTruncated         max_tokens cut off a tool call
+    │   ├── OutputTruncated         max_tokens cut off a tool call
+    │   └── BatchUnanswered         a batched call's batch expired or was canceled first
     ├── ResponseValidationError     the model's reply did not fit the response_format
     ├── ToolError                   a tool could not be defined or run
     ├── MaxTurnsExceeded            the agent loop hit max_turns
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from .workflow import WorkflowResult
 
 __all__ = [
+    "BatchUnanswered",
     "ConfigurationError",
     "ContextWindowExceeded",
     "ExtractionError",
@@ -158,6 +160,22 @@ class OutputTruncated(ModelAPIError):
         self.raw = raw
         self.tool_name = tool_name
         self.max_tokens = max_tokens
+
+
+class BatchUnanswered(ModelAPIError):
+    """A model call sent through a Message Batch (``batch=True``) got no answer.
+
+    ``outcome`` is what the batch's results say of it: ``"expired"`` (the
+    batch's 24 hours ran out before the request was processed) or
+    ``"canceled"`` (the batch was canceled first); ``batch_id`` and
+    ``custom_id`` name the batch and the request in it.
+    """
+
+    def __init__(self, message: str, *, outcome: str, batch_id: str, custom_id: str) -> None:
+        super().__init__(message)
+        self.outcome = outcome
+        self.batch_id = batch_id
+        self.custom_id = custom_id
 
 
 class ResponseValidationError(GroundswellError):

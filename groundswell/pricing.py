@@ -28,9 +28,10 @@ from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from .errors import ConfigurationError, TokenBudgetExceeded
-from .node import EventNode, cache_share, metrics_of, own_metrics, set_pricer
+from .node import EventNode, cache_share, metrics_of, own_metrics, payload_of, set_pricer
 
 __all__ = [
+    "BATCH_DISCOUNT",
     "DollarLimits",
     "Price",
     "Rates",
@@ -47,6 +48,9 @@ __all__ = [
 
 logger = logging.getLogger("groundswell.pricing")
 
+#: What a call sent through the Message Batches API costs of the standard price (every
+#: token kind: the discount stacks with prompt caching's).
+BATCH_DISCOUNT = 0.5
 # Anthropic's multipliers of the input price (docs: prompt caching, pricing).
 CACHE_READ = 0.1
 CACHE_WRITE_5M = 1.25
@@ -383,6 +387,8 @@ def charge(node: EventNode, model: str, usage: Mapping[str, int], reported: Any)
     if spend is None and not usage.get("cache_creation_input_tokens"):
         return
     cost = _cost(model, usage, reported)
+    if cost is not None and "batch" in payload_of(node):
+        cost *= BATCH_DISCOUNT
     own_metrics(node)["cost_usd"] = cost
     if spend is not None:
         with _lock:
@@ -406,7 +412,10 @@ def _price_node(node: EventNode, metrics: dict[str, Any]) -> None:
     price of its model: the node's name)."""
     usage = metrics.get("usage")
     if isinstance(usage, Mapping) and usage:
-        metrics["cost_usd"] = _cost(node.name, usage)
+        cost = _cost(node.name, usage)
+        if cost is not None and "batch" in payload_of(node):  # sent in a Message Batch
+            cost *= BATCH_DISCOUNT
+        metrics["cost_usd"] = cost
 
 
 set_pricer(_price_node)

@@ -86,8 +86,8 @@ class Prompt(RequestSettings, Generic[T]):
     ``extract`` is an `Extract` rule or a list of them,
     applied to the answer text (see `groundswell.extraction`).
     Every request setting (`RequestSettings`: each request field of the SDK's
-    by its API name, ``effort``, ``prompt_cache``...) may be set here too, and
-    wins over the agent's.
+    by its API name, ``effort``, ``prompt_cache``, ``batch``...) may be set here
+    too, and wins over the agent's.
     """
 
     user: str
@@ -260,7 +260,7 @@ class PromptOverrides(RequestSettings):
 
     Takes every request setting (`RequestSettings`: each request field of the
     installed SDK's by its API name, ``effort``, ``prompt_cache``,
-    ``continue_on_max_tokens``, ``max_retry_wait``), plus ``system``,
+    ``continue_on_max_tokens``, ``max_retry_wait``, ``batch``), plus ``system``,
     ``tools``, ``mcps``,
     ``skills``, ``hooks``, ``env``, ``max_turns``, ``token_budget`` (a
     `TokenBudget`), ``context_ttl``, ``context_retention``, ``cache`` (a backend name or

@@ -59,6 +59,8 @@ class RequestSettings:
     continue_on_max_tokens: bool | None = None
     #: Seconds an API's ``Retry-After`` is honoured at most.
     max_retry_wait: float | None = None
+    #: Send the model calls through the Message Batches API (docs/batches.md).
+    batch: bool | None = None
     #: Fields of the SDK's request types with no keyword of their own, by API name.
     request_fields: Mapping[str, Any] | None = None
 
@@ -102,6 +104,7 @@ class RequestKeywords(TypedDict, total=False):
     prompt_cache: bool | str | Sequence[str] | None
     continue_on_max_tokens: bool | None
     max_retry_wait: float | None
+    batch: bool | None
     request_fields: Mapping[str, Any] | None
 
 

@@ -473,4 +473,5 @@ _OWN_CHECKS: dict[str, Any] = {
     "max_retry_wait": check_seconds,
     "continue_on_max_tokens": _flag,
     "prompt_cache": check_prompt_cache,
+    "batch": _flag,
 }

@@ -48,9 +48,9 @@ from .revision import replace_last_prompt
 from .run_context import Frame, current_frame, enter_frame, new_run_tree, reset_frame, set_frame
 from .step_body import call_body, check_awaited, start_body, within_timeout
 from .tree import EventNode, EventTree, NodeStatus, NodeType
-from .waits import NO_DEFAULT, ask_question
 from .workflow_input import input_model, validate_input
-from .workflow_options import WorkflowOptions, refuse_unknown
+from .waits import NO_DEFAULT, ask_question
+from .workflow_options import WorkflowOptions, check_batch, refuse_unknown
 
 __all__ = [
     "Workflow",
@@ -80,6 +80,7 @@ class WorkflowContext:
         "_last_state",
         "_tree",
         "_unstarted",
+        "batch",
         "cache",
         "engine",
         "node",
@@ -106,6 +107,9 @@ class WorkflowContext:
         self.state: dict[str, Any] = {}
         self._last_state: Any = {}
         self.cache: Any = workflow.cache
+        #: Whether agent prompts in this run send their model calls through the Message
+        #: Batches API when they do not say (``@workflow(batch=...)``, else the outer run's).
+        self.batch: bool | None = workflow.batch
         #: Reflection settings and history of this run (see `ReflectionAPI`).
         self.reflection = ReflectionAPI(workflow.reflection, node.id, self)
         # Steps made (``ctx.step(...)`` called) but not started yet, by a key of their
@@ -442,7 +446,9 @@ class Workflow(Generic[P, T]):
     ``durable=True`` runs it on the durable execution backend (``dbos``, from
     ``pip install "groundswell[durable]"``): each step's output is checkpointed,
     and a run that crashed is finished by a new process without repeating the
-    completed steps. A backend name picks another backend.
+    completed steps. A backend name picks another backend. ``batch=True``
+    sends the model calls of the agent prompts inside through the Message
+    Batches API, unless an agent, prompt or override says otherwise.
     """
 
     def __init__(
@@ -456,6 +462,7 @@ class Workflow(Generic[P, T]):
         reflection_agent: Any = None,
         token_budget: TokenBudget | None = None,
         durable: bool | str = False,
+        batch: bool | None = None,
     ) -> None:
         if not inspect.iscoroutinefunction(executor):
             raise ConfigurationError(
@@ -499,6 +506,8 @@ class Workflow(Generic[P, T]):
         #: backend: steps are checkpointed and a crashed run can be recovered.
         self.durable: bool | str = durable
         self._backend = durable_backend_name(durable)
+        #: The ``batch`` default of the agent prompts inside (`check_batch`).
+        self.batch = check_batch(batch, label)
         self.__doc__ = executor.__doc__
 
     async def run(self, *args: P.args, **kwargs: P.kwargs) -> WorkflowResult[T]:
@@ -568,6 +577,8 @@ class Workflow(Generic[P, T]):
         ctx = WorkflowContext(self, tree, node, parent_wf, engine)
         if ctx.cache is None and outer is not None and outer.workflow is not None:
             ctx.cache = outer.workflow.cache
+        if ctx.batch is None and outer is not None and outer.workflow is not None:
+            ctx.batch = outer.workflow.batch
         token = enter_frame(tree, node, ctx)
         scoped = (
             enter_budget(self.token_budget, "workflow") if self.token_budget is not None else None

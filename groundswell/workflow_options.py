@@ -6,9 +6,10 @@ from __future__ import annotations
 from typing import Any, TypedDict
 
 from .budget import TokenBudget
+from .errors import ConfigurationError
 from .reflection import ReflectionConfig
 
-__all__ = ["WorkflowOptions", "refuse_unknown"]
+__all__ = ["WorkflowOptions", "check_batch", "refuse_unknown"]
 
 
 class WorkflowOptions(TypedDict, total=False):
@@ -26,6 +27,9 @@ class WorkflowOptions(TypedDict, total=False):
     token_budget: TokenBudget | None
     #: ``True`` or an execution backend name: checkpoint steps, recover crashed runs.
     durable: bool | str
+    #: Send the model calls of agent prompts in the run through the Message Batches API
+    #: (a default: an agent, prompt or override that sets ``batch`` wins).
+    batch: bool | None
 
 
 def refuse_unknown(caller: str, options: WorkflowOptions) -> None:
@@ -34,3 +38,13 @@ def refuse_unknown(caller: str, options: WorkflowOptions) -> None:
     unknown = sorted(options.keys() - WorkflowOptions.__optional_keys__)
     if unknown:
         raise TypeError(f"{caller}() got an unexpected keyword argument {unknown[0]!r}")
+
+
+def check_batch(batch: object, owner: str) -> bool | None:
+    """``@workflow(batch=...)``: ``True``, ``False`` or ``None`` (nested runs inherit the outer's)."""
+    if batch is not None and not isinstance(batch, bool):
+        raise ConfigurationError(
+            f"{owner}: batch must be True (model calls of the prompts inside go through the "
+            f"Message Batches API), False or None, got {batch!r:.60}"
+        )
+    return batch

@@ -32,6 +32,7 @@ from groundswell import (
     TokenBudget,
     TokenBudgetExceeded,
     Tool,
+    batching,
 )
 from groundswell.claude_hooks import HOOK_EVENTS, SILENT_EVENTS
 from groundswell.middleware.claude_hooks import CANCELLED_DEADLINE
@@ -363,6 +364,21 @@ async def test_event_notification_fires_while_a_model_call_waits_to_retry() -> N
     assert got["notification_type"] == "retry_wait"
     assert got["message"] == "The model API answered 429; retry 1 in 0.2 s"
     assert got["title"] == "Waiting to retry the model call"
+
+
+async def test_a_notification_hook_hears_that_the_call_waits_for_its_batch() -> None:
+    seen: list[dict[str, Any]] = []
+    fake = FakeAnthropicAPI([text("ok")])
+    hooks: Hook = {"Notification": [HookMatcher("batch_wait", [record(seen)])]}
+    before = batching.configure(window=0.01, first_poll=0.001)
+    try:
+        assert await agent_for(fake, batch=True, hooks=hooks).prompt("x") == "ok"
+    finally:
+        batching.configure(**vars(before))
+    (got,) = seen
+    assert got["notification_type"] == "batch_wait"
+    assert got["message"] == f"The model call is waiting for Message Batch {fake.batches[0].id}"
+    assert got["title"] == "Waiting for a Message Batch to answer the model call"
 
 
 async def test_event_session_start_and_end_wrap_a_prompt() -> None:

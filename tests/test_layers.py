@@ -44,6 +44,8 @@ LAYERS: dict[str, int] = {
     # building blocks: model, prompt, tools and the data each feature works on
     "groundswell.model": 4,
     "groundswell.api_retries": 4,
+    # model requests collected into Message Batches, and their results awaited
+    "groundswell.batching": 4,
     "groundswell.tools": 4,
     "groundswell.mcp_config": 4,
     "groundswell.mcp_bridge": 4,
@@ -59,6 +61,7 @@ LAYERS: dict[str, int] = {
     "groundswell.extraction": 4,
     "groundswell.tokens": 4,
     "groundswell.cache": 4,
+    "groundswell.cache_markers": 4,
     "groundswell.tool_cache": 4,
     "groundswell.summary": 4,
     "groundswell.cache_guard": 4,

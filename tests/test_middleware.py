@@ -909,7 +909,8 @@ def test_plugins_all_lists_the_installed_middleware_and_the_kernels_with_their_o
         "extraction (220, default), skills (230, default), context (240, default), "
         "mcp (250, default), context_ttl (255, default), budget (260, default), "
         "approval (280, default), cache (300, default), "
-        "tool_cache (310, default), tool_timeout (320, default), prompt_cache (900, default)"
+        "tool_cache (310, default), tool_timeout (320, default), prompt_cache (900, default), "
+        "batch (950, default)"
     )
     listed = gs("plugins", "--all", "--json", env=env)
     data = {d["name"]: d for d in json.loads(listed.stdout)}

@@ -324,7 +324,7 @@ def test_every_unknown_name_gets_the_same_error_listing_what_is_available() -> N
     assert str(info.value) == "no reflection strategy named 'nope'; available: feedback"
     with pytest.raises(
         ConfigurationError,
-        match=r"^no agent middleware named 'x'; available: approval, budget, cache, context, context_ttl, ",
+        match=r"^no agent middleware named 'x'; available: approval, batch, budget, cache, context, ",
     ):
         manager.lookup("register_agent_middleware", "x")
     with pytest.raises(

@@ -76,7 +76,10 @@ class Agent(Generic[DepsT]):
     ``"1h"`` or breakpoint places, see docs/caching.md).
     ``continue_on_max_tokens=True`` asks for another turn when the reply is
     cut off inside a tool call; ``max_retry_wait`` (seconds, default 60) caps
-    how long an API's ``Retry-After`` is honoured. ``tool_timeout`` (seconds) bounds every tool call that sets
+    how long an API's ``Retry-After`` is honoured. ``batch=True`` sends the
+    model calls through the Message Batches API, at half the price: calls that
+    wait at the same time go in one batch (docs/batches.md); ``None`` leaves it
+    to the workflow (``@workflow(batch=...)``). ``tool_timeout`` (seconds) bounds every tool call that sets
     no ``Tool(timeout=...)`` of its own. ``approval`` makes tool calls wait
     for a person's approval besides those of tools built with
     ``requires_approval=True``: ``True`` (every call), a function given the
@@ -141,6 +144,7 @@ class Agent(Generic[DepsT]):
         prompt_cache: bool | str | Sequence[str] | None = None,
         continue_on_max_tokens: bool = False,
         max_retry_wait: float = 60.0,
+        batch: bool | None = None,
         max_turns: int = 20,
         tool_timeout: float | None = None,
         approval: bool | Policy | Approval | None = None,
@@ -193,6 +197,7 @@ class Agent(Generic[DepsT]):
             "prompt_cache": prompt_cache,
             "continue_on_max_tokens": continue_on_max_tokens,
             "max_retry_wait": max_retry_wait,
+            "batch": batch,
         }
         check_settings(
             owner, {**request_fields, **own_settings, "env": env, "max_turns": max_turns}

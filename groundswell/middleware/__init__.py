@@ -24,6 +24,7 @@ cache       300    the answer cache (a hit skips the model)
 tool_cache  310    per-tool result caching
 tool_timeout 320   a deadline on each tool call
 prompt_cache 900   Anthropic prompt caching (``prompt_cache=``)
+batch       950    model calls through the Message Batches API (``batch=``)
 ==========  =====  ====================================================
 """
 
@@ -52,6 +53,7 @@ DEFAULT_MIDDLEWARE: tuple[tuple[str, int, str, str, str], ...] = (
     ("tool_cache", 310, "cache", "ToolResultCache", "tool-result caching"),
     ("tool_timeout", 320, "tool_timeout", "ToolTimeout", "a deadline on each tool call"),
     ("prompt_cache", 900, "prompt_cache", "PromptCache", "Anthropic prompt caching"),
+    ("batch", 950, "batch", "Batch", "model calls through the Message Batches API"),
 )
 
 

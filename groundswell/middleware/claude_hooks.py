@@ -69,6 +69,7 @@ _PARENT = "hooks.parent"
 _TITLES = {
     "retry_wait": "Waiting to retry the model call",
     "permission_prompt": "Waiting for a person to approve a tool call",
+    "batch_wait": "Waiting for a Message Batch to answer the model call",
 }
 
 

@@ -7,7 +7,8 @@ a write of ``P`` tokens costs ``0.25 P`` extra and each later read saves
 
 - ``False``: nothing is added.
 - ``True``, ``"5m"``, ``"1h"``: automatic caching (a top-level
-  ``cache_control``) on every turn.
+  ``cache_control``) on every turn, set by the request builder
+  (`groundswell.cache_markers.auto_cache`): this layer then sits the prompt out.
 - a list of places (``"system"``, ``"tools"``, ``"messages"``): explicit
   breakpoints at the end of each.
 - ``None`` (the default): automatic caching from the third turn of a tool
@@ -36,6 +37,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..agent import Middleware, PromptRun
+from ..cache_markers import END as _END
+from ..cache_markers import MAX_BREAKPOINTS
+from ..cache_markers import Marks as _Marks
+from ..cache_markers import control as _control
+from ..cache_markers import marks_in as _marks
 from ..thinking_blocks import THINKING_TYPES
 
 __all__ = ["MAX_BREAKPOINTS", "REWRITTEN", "PromptCache", "min_cacheable_tokens"]
@@ -46,8 +52,6 @@ __all__ = ["MAX_BREAKPOINTS", "REWRITTEN", "PromptCache", "min_cacheable_tokens"
 #: trimming (which it sees for itself: the conversation no longer starts the same way).
 REWRITTEN = "conversation_rewritten"
 
-#: The most ``cache_control`` markers one request may carry (the API refuses more).
-MAX_BREAKPOINTS = 4
 #: How long a cache entry lives after its last use, by ``ttl``.
 TTL_SECONDS = {"5m": 300.0, "1h": 3600.0}
 # The minimum cacheable prompt length by model (Anthropic's prompt caching docs);
@@ -66,7 +70,8 @@ DEFAULT_MINIMUM = 1024
 _CHARS_PER_TOKEN = 4  # estimates only decide "long enough?": chars/4 is plenty
 _SEEN_MAX = 1024  # prefixes remembered per client
 _SCRATCH = "prompt_cache"
-_END = (3, 0, 0)  # where a top-level marker applies: after every block
+_LISTS = (list, tuple)
+_AUTOMATIC = ("5m", "1h")  # with True: the settings the request builder serves
 
 _minimums: dict[str, int] = {}
 
@@ -79,91 +84,6 @@ def min_cacheable_tokens(model: str) -> int:
         if len(_minimums) < 256:
             _minimums[model] = known
     return known
-
-
-def _control(ttl: str) -> dict[str, str]:
-    # The API's default lifetime is five minutes: "5m" is sent as the plain marker.
-    return {"type": "ephemeral", "ttl": "1h"} if ttl == "1h" else {"type": "ephemeral"}
-
-
-class _Marks:
-    """The caller's own markers in a request: how many, and where their lifetimes bind ours.
-
-    The API wants longer lifetimes before shorter ones (tools, then system, then
-    messages), so a marker of ours after a five-minute one is five minutes, and
-    one before a one-hour one is an hour (its tokens are written for an hour anyway).
-    """
-
-    __slots__ = ("count", "first_short", "last_long")
-
-    def __init__(self) -> None:
-        self.count = 0
-        self.first_short: tuple[int, int, int] | None = None
-        self.last_long: tuple[int, int, int] | None = None
-
-    def add(self, control: Any, where: tuple[int, int, int]) -> None:
-        self.count += 1
-        if isinstance(control, Mapping) and control.get("ttl") == "1h":
-            if self.last_long is None or where > self.last_long:
-                self.last_long = where
-        elif self.first_short is None or where < self.first_short:
-            self.first_short = where
-
-    def ttl_at(self, ttl: str, where: tuple[int, int, int]) -> str:
-        if ttl == "1h" and self.first_short is not None and self.first_short < where:
-            return "5m"
-        if ttl != "1h" and self.last_long is not None and self.last_long > where:
-            return "1h"
-        return ttl
-
-
-_NO_MARKS = _Marks()  # the usual request: the caller set no marker (never changed)
-_LISTS = (list, tuple)
-
-
-def _marks(request: Mapping[str, Any]) -> _Marks:
-    """The caller's own markers in ``request`` (one walk over its blocks, copying nothing).
-
-    Runs every turn: plain ``dict`` checks (what requests are made of) and no
-    position worked out unless a marker is found.
-    """
-    found: list[tuple[Any, tuple[int, int, int]]] = []
-    tools = request.get("tools")
-    if tools:
-        for i, tool in enumerate(tools):
-            if isinstance(tool, dict) and tool.get("cache_control"):
-                found.append((tool["cache_control"], (0, i, 0)))
-    system = request.get("system")
-    if system and not isinstance(system, str):
-        for i, block in enumerate(system):
-            if isinstance(block, dict) and block.get("cache_control"):
-                found.append((block["cache_control"], (1, i, 0)))
-    i = -1
-    for message in request.get("messages") or ():
-        i += 1
-        content = message.get("content") if isinstance(message, dict) else None
-        if isinstance(content, str) or not content:
-            continue
-        j = -1
-        for block in content:
-            j += 1
-            if not isinstance(block, dict):
-                continue
-            if block.get("cache_control"):
-                found.append((block["cache_control"], (2, i, j)))
-            inner = block.get("content")
-            if inner and not isinstance(inner, str):
-                for item in inner:  # a tool result's own blocks may carry markers too
-                    if isinstance(item, dict) and item.get("cache_control"):
-                        found.append((item["cache_control"], (2, i, j)))
-    if request.get("cache_control"):
-        found.append((request["cache_control"], _END))
-    if not found:
-        return _NO_MARKS
-    marks = _Marks()
-    for control, where in found:
-        marks.add(control, where)
-    return marks
 
 
 def _mark_tools(request: dict[str, Any], ttl: str, marks: _Marks) -> bool:
@@ -349,7 +269,9 @@ class PromptCache(Middleware):
     def active(self, run: PromptRun) -> bool:
         setting = run.settings.get("prompt_cache")
         if setting is not None:
-            return setting is not False
+            # Automatic caching is one top-level field: the request builder sets it
+            # (`groundswell.cache_markers.auto_cache`), with no layer to run per turn.
+            return not (setting is False or setting is True or setting in _AUTOMATIC)
         # The default can only act on a continued conversation, a tool loop or a
         # shared system prompt: a bare one-shot prompt never sees this middleware.
         settings = run.settings
@@ -365,15 +287,6 @@ class PromptCache(Middleware):
     async def before_model(self, run: PromptRun, request: dict[str, Any]) -> dict[str, Any]:
         rewritten = run.scratch.pop(REWRITTEN, False)  # said for this turn only
         setting = run.settings.get("prompt_cache")
-        if setting is True or setting == "5m" or setting == "1h":
-            # Automatic caching: one top-level field, unless the caller's own is there
-            # or their markers leave no room.
-            if not request.get("cache_control"):
-                marks = _marks(request)
-                if marks.count < MAX_BREAKPOINTS:
-                    ttl = "1h" if setting == "1h" else "5m"
-                    request["cache_control"] = _control(marks.ttl_at(ttl, _END))
-            return request
         plan: Sequence[str]
         if setting is None:
             plan, ttl = self._default_plan(run, request, rewritten), "5m"
