@@ -1,6 +1,7 @@
 """The ``groundswell`` command: list plugins, run a workflow, render a saved tree,
-list and run the examples, and whatever commands plugins add
-(``register_cli_commands``).
+list and run the examples, list and decide the open waits of a running process
+(``pending``, ``approve``, ``reject``, ``answer``), and whatever commands plugins
+add (``register_cli_commands``).
 
 Exit codes: 0 success; 1 the workflow run failed; 2 bad input (arguments,
 modules, files); 3 a plugin error under ``GROUNDSWELL_STRICT_PLUGINS=1``;
@@ -20,6 +21,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.live import Live
+from rich.table import Table
 from rich.text import Text
 
 from ._cli_interrupt import (
@@ -35,6 +37,8 @@ from ._cli_interrupt import (
     wait_for_threads,
 )
 from ._cli_run import CLIError, resolve_workflow, traceback_lines, workflow_call
+from ._cli_waits import COMMANDS as WAIT_COMMANDS
+from ._cli_waits import add_commands as add_wait_commands
 from ._examples import Example, examples_dir, find_examples
 from ._render import rich_tree
 from ._serialize import redact, scrub
@@ -206,6 +210,16 @@ def _console() -> Console:
     return Console(highlight=False, soft_wrap=True)
 
 
+def _print_table(columns: list[str], rows: list[list[str]]) -> None:
+    table = Table(*columns, box=None, header_style="bold", pad_edge=False)
+    for row in rows:  # as Text: no markup read in what people and agents wrote
+        table.add_row(*(Text(cell) for cell in row))
+    console = _console()
+    if not console.is_terminal:  # a pipe gets whole rows, for grep and cut
+        console.width = 10_000
+    console.print(table)
+
+
 def _print_tracebacks(tree: EventTree, console: Console | None) -> None:
     """Where ``tree``'s failures started, after its tree (on stderr when ``console`` is None)."""
     lines = ["", *traceback_lines(tree)]
@@ -318,7 +332,7 @@ def _report(outcome: Outcome, args: argparse.Namespace, console: Console) -> int
     return 0 if outcome.status is NodeStatus.COMPLETED else 1
 
 
-BUILTIN_COMMANDS = ("examples", "plugins", "run", "tree")
+BUILTIN_COMMANDS = ("examples", "plugins", "run", "tree", *WAIT_COMMANDS)
 
 
 def _plugin_commands(sub: Any) -> None:
@@ -446,6 +460,8 @@ def build_parser(*, plugin_commands: bool = True) -> argparse.ArgumentParser:
         help="after the tree, print where each failure started (file, line, source)",
     )
     p.set_defaults(func=_cmd_tree)
+
+    add_wait_commands(sub, table=_print_table)
 
     if plugin_commands:
         _plugin_commands(sub)

@@ -322,7 +322,20 @@ def test_a_failing_example_fails_the_run(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "argv",
-    [[], ["plugins"], ["run"], ["tree"], ["examples"], ["history"], ["history", "serve"]],
+    [
+        [],
+        ["plugins"],
+        ["run"],
+        ["tree"],
+        ["examples"],
+        ["history"],
+        ["history", "serve"],
+        ["serve"],
+        ["pending"],
+        ["approve"],
+        ["reject"],
+        ["answer"],
+    ],
 )
 def test_every_command_has_help(argv: list[str]) -> None:
     out = gs(*argv, "--help")

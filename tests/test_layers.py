@@ -93,6 +93,9 @@ LAYERS: dict[str, int] = {
     "groundswell.cli": 7,
     "groundswell._cli_run": 7,
     "groundswell._cli_interrupt": 7,
+    "groundswell._cli_waits": 7,
+    # answering waits from another process (over HTTP, or a backend a plugin registers)
+    "groundswell.waits_client": 7,
     "groundswell.testing": 7,
     "groundswell.testing._checks": 7,
     "groundswell._examples": 7,

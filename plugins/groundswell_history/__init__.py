@@ -24,6 +24,11 @@ works as is; PostgreSQL also needs a driver such as ``psycopg[binary]``).
 - `create_app` is the HTTP API (``groundswell history serve``): the
   sessions API, introspection, retries, failures and usage; `session_record`
   is the JSON form of a session it answers with.
+- `serve_app` is the app ``groundswell serve`` serves: the waits API
+  (``/api/waits``: list, approve, reject, answer the open waits of its
+  process) with the same tokens, and the history API over a store;
+  `serving` runs it on a background thread of the process that runs the
+  workflows, which is where their waits are.
 """
 
 from __future__ import annotations
@@ -64,6 +69,8 @@ from .tools import AGENT_GUIDE, shared_store, toolset
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
+    from .serve import Serving
+
 __all__ = [
     "AGENT_GUIDE",
     "MEMORY_KINDS",
@@ -84,6 +91,8 @@ __all__ = [
     "default_url",
     "injection_enabled",
     "relevance",
+    "serve_app",
+    "serving",
     "session_record",
     "set_task",
     "shared_store",
@@ -108,6 +117,46 @@ def load_api() -> ModuleType:
 def create_app(store: HistoryStore | str | None = None, *, secret: bytes | None = None) -> FastAPI:
     """The history HTTP API over ``store``; see `groundswell_history.api`."""
     made: FastAPI = load_api().create_app(store, secret=secret)
+    return made
+
+
+def load_serve() -> ModuleType:
+    """`groundswell_history.serve`, or a clear error when FastAPI or uvicorn is not installed."""
+    load_api()
+    try:
+        from . import serve
+    except ImportError as exc:
+        raise ConfigurationError(
+            f"serving needs the [history] extra ({exc.name or exc} is not installed): "
+            'pip install "groundswell[history]"'
+        ) from exc
+    return serve
+
+
+def serve_app(
+    history: HistoryStore | str | bool | None = None, *, secret: bytes | None = None
+) -> FastAPI:
+    """The app ``groundswell serve`` serves (waits, and history when asked);
+    see `groundswell_history.serve.serve_app`."""
+    made: FastAPI = load_serve().serve_app(history, secret=secret)
+    return made
+
+
+def serving(
+    app: Any = None,
+    *,
+    history: HistoryStore | str | bool | None = None,
+    secret: bytes | None = None,
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    log_level: str = "warning",
+) -> Serving:
+    """Serve `serve_app` (or ``app``) on a background thread of this process, where the
+    workflows' waits are: ``with serving() as server:`` or ``async with``;
+    see `groundswell_history.serve.serving`."""
+    made: Serving = load_serve().serving(
+        app, history=history, secret=secret, host=host, port=port, log_level=log_level
+    )
     return made
 
 
@@ -180,11 +229,19 @@ def register_context_providers() -> ContextProvider:
 
 
 @hookimpl
-def register_cli_commands() -> CliCommand:
-    from .cli import configure
+def register_cli_commands() -> list[CliCommand]:
+    from .cli import configure, configure_serve
 
-    return CliCommand(
-        name="history",
-        factory=configure,
-        description="session history: serve the history API, issue agents' and operators' tokens",
-    )
+    return [
+        CliCommand(
+            name="history",
+            factory=configure,
+            description="session history: serve the history API, issue agents' and operators' "
+            "tokens",
+        ),
+        CliCommand(
+            name="serve",
+            factory=configure_serve,
+            description="serve the waits API and the history API on one app",
+        ),
+    ]

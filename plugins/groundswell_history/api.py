@@ -54,12 +54,14 @@ from .store import SCHEMA_VERSION, HistoryStore, default_url
 
 __all__ = [
     "SECRET_ENV",
+    "add_history_routes",
     "agent_for_token",
     "caller_for_token",
     "create_app",
     "issue_operator_token",
     "issue_token",
     "load_secret",
+    "make_app",
 ]
 
 MAX_LIMIT = 100
@@ -95,23 +97,12 @@ def create_app(store: HistoryStore | str | None = None, *, secret: bytes | None 
     A store it opens from a URL (or the default) it closes when the app shuts down;
     a store given is left open for its owner.
     """
-    from .api_learning import add_learning_routes
-    from .api_sessions import add_session_routes
-
     chosen = store if isinstance(store, HistoryStore) else HistoryStore(store or default_url())
-    gate = Gate(chosen, load_secret() if secret is None else secret, QueryEvents())
-    scrub_server_logs()
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        yield
-        gate.events.close()
-        if chosen is not store:  # opened here, so released here
-            chosen.close()
-
-    app = FastAPI(
+    app, gate = make_app(
+        chosen,
+        secret,
+        close_store=chosen is not store,
         title="Groundswell history API",
-        version=str(SCHEMA_VERSION),
         description=(
             "Agents' past sessions: ranked by relevance to a task (introspection), listed, "
             "created, updated and terminated (sessions), with retry history, failure analysis "
@@ -119,9 +110,39 @@ def create_app(store: HistoryStore | str | None = None, *, secret: bytes | None 
             "(`groundswell history token AGENT_ID`): an agent's token opens only its own "
             "sessions; an operator token (`--operator`) opens every agent's."
         ),
-        lifespan=lifespan,
     )
-    app.state.store = chosen
+    add_history_routes(app, gate, chosen)
+    return app
+
+
+def make_app(
+    store: HistoryStore | None,
+    secret: bytes | None,
+    *,
+    close_store: bool,
+    title: str,
+    description: str,
+) -> tuple[FastAPI, Gate]:
+    """An app with no routes yet, and the `Gate` its routes go through.
+
+    It answers every refusal in one shape (401s, 422s naming each problem,
+    unknown or repeated parameters), scrubs the server's logs, and at shutdown
+    ends the query-event run and closes ``store`` when ``close_store``.
+    """
+    gate = Gate(store, load_secret() if secret is None else secret, QueryEvents())
+    scrub_server_logs()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        gate.events.close()
+        if close_store and store is not None:  # opened here, so released here
+            store.close()
+
+    app = FastAPI(
+        title=title, version=str(SCHEMA_VERSION), description=description, lifespan=lifespan
+    )
+    app.state.store = store
     app.state.events = gate.events
     app.state.gate = gate
 
@@ -161,6 +182,14 @@ def create_app(store: HistoryStore | str | None = None, *, secret: bytes | None 
         answer = problem(exc.status_code, str(exc.detail))
         answer.headers.update(exc.headers or {})
         return answer
+
+    return app, gate
+
+
+def add_history_routes(app: FastAPI, gate: Gate, chosen: HistoryStore) -> None:
+    """Add the history API's routes over ``chosen`` to ``app`` (made by `make_app`)."""
+    from .api_learning import add_learning_routes
+    from .api_sessions import add_session_routes
 
     @app.get(
         "/api/health",
@@ -324,6 +353,5 @@ def create_app(store: HistoryStore | str | None = None, *, secret: bytes | None 
         gate.record(request, record)
         return {"agent_id": agent_id, "query": query, "count": len(sessions), "sessions": sessions}
 
-    add_session_routes(app, gate)
-    add_learning_routes(app, gate)
-    return app
+    add_session_routes(app, gate, chosen)
+    add_learning_routes(app, gate, chosen)

@@ -168,21 +168,25 @@ def _kind(path: str) -> str:
         return "introspection query"
     if path.startswith("/api/sessions"):
         return "sessions request"
+    if path.startswith("/api/waits"):
+        return "waits request"
     return "history request"
 
 
 @dataclass
 class Gate:
-    """The checks and records every route goes through."""
+    """The checks and records every route goes through (``store``: the history store,
+    when the app serves history)."""
 
-    store: HistoryStore
+    store: HistoryStore | None
     secret: bytes
     events: QueryEvents = field(default_factory=QueryEvents)
 
     def record(self, request: Request, record: dict[str, Any]) -> None:
         """Log one request's record (and emit it, for an introspection query)."""
         record = groundswell.redact(record)  # it holds what the caller sent
-        kind = _kind(request.url.path)
+        # Without the prefix the app is mounted under, if it is.
+        kind = _kind(request.url.path.removeprefix(request.scope.get("root_path", "")))
         outcome = "answered" if record.get("status") in (200, 201) else "refused"
         logger.info("%s %s: %s", kind, outcome, record)
         if kind == "introspection query":

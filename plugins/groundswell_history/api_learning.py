@@ -23,6 +23,7 @@ from .api_models import (
     RetriesResponse,
     UsageResponse,
 )
+from .store import HistoryStore
 
 __all__ = ["add_learning_routes"]
 
@@ -40,9 +41,8 @@ TaskId = Annotated[
 Limit = Annotated[int, Query(ge=1, le=100, description="at most this many")]
 
 
-def add_learning_routes(app: FastAPI, gate: Gate) -> None:
+def add_learning_routes(app: FastAPI, gate: Gate, store: HistoryStore) -> None:
     """Add the retry history, failure analysis and usage routes to ``app``."""
-    store = gate.store
 
     def run(
         request: Request,

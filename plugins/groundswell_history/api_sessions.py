@@ -30,7 +30,7 @@ from .api_models import (
 )
 from .relevance import task_signature
 from .serialize import iteration_record
-from .store import Session, SessionConflict
+from .store import HistoryStore, Session, SessionConflict
 
 __all__ = ["MAX_PAGE", "add_session_routes"]
 
@@ -47,9 +47,8 @@ SessionId = Annotated[
 ]
 
 
-def add_session_routes(app: FastAPI, gate: Gate) -> None:
+def add_session_routes(app: FastAPI, gate: Gate, store: HistoryStore) -> None:
     """Add the ``/api/sessions`` routes to ``app``."""
-    store = gate.store
 
     def answer(request: Request, record: dict[str, Any], body: Any, status: int = 200) -> Any:
         record["status"] = status

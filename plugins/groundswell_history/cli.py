@@ -1,19 +1,21 @@
-"""``groundswell history serve`` and ``groundswell history token AGENT_ID``."""
+"""``groundswell history serve``, ``groundswell history token AGENT_ID`` and ``groundswell serve``."""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import socket
 import sys
 from pathlib import Path
+from typing import Any
 
 from groundswell import ConfigurationError
 
-from . import load_api
-from .store import HistoryStore, default_url, safe_url
+from . import load_api, load_serve
+from .store import HistoryStore, default_url, groundswell_home, safe_url
 
-__all__ = ["configure"]
+__all__ = ["configure", "configure_serve"]
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -103,32 +105,45 @@ def _token(args: argparse.Namespace) -> int:
     return 0
 
 
-def _serve(args: argparse.Namespace) -> int:
-    api = load_api()
+def _uvicorn() -> Any:
     try:
         import uvicorn
     except ImportError:
         raise ConfigurationError(
             'serving needs uvicorn: pip install "groundswell[history]"'
         ) from None
-    # Fail with one clear line when the address is taken, before loading anything.
+    return uvicorn
+
+
+def _check_port(host: str, port: int) -> None:
+    """Fail with one clear line when the address is taken, before loading anything."""
     try:
-        with socket.create_server((args.host, args.port)):
+        with socket.create_server((host, port)):
             pass
     except OSError as exc:
         raise ConfigurationError(
-            f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc} "
+            f"cannot listen on {host}:{port}: {exc.strerror or exc} "
             "(is another server using the port? choose one with --port)"
         ) from None
-    # Open the store (which reaches its database) before serving anything, so
-    # an unusable URL is one clear line instead of a server with nothing behind it.
-    app = api.create_app(_existing_store(args.url or default_url()))
+
+
+def _log_to_stderr(level: str) -> None:
     # The query log goes where uvicorn's own log goes: stderr, at the chosen level.
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("%(levelname)s:     %(name)s: %(message)s"))
     history_logger = logging.getLogger("groundswell.history")
     history_logger.addHandler(handler)
-    history_logger.setLevel(args.log_level.upper())
+    history_logger.setLevel(level.upper())
+
+
+def _serve(args: argparse.Namespace) -> int:
+    api = load_api()
+    uvicorn = _uvicorn()
+    _check_port(args.host, args.port)
+    # Open the store (which reaches its database) before serving anything, so
+    # an unusable URL is one clear line instead of a server with nothing behind it.
+    app = api.create_app(_existing_store(args.url or default_url()))
+    _log_to_stderr(args.log_level)
     print(
         f"history API on http://{args.host}:{args.port} (store {safe_url(app.state.store.url)}); "
         "OpenAPI at /openapi.json",
@@ -136,4 +151,70 @@ def _serve(args: argparse.Namespace) -> int:
         flush=True,
     )
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    return 0
+
+
+def configure_serve(parser: argparse.ArgumentParser) -> None:
+    """Add ``groundswell serve``'s arguments to ``parser``."""
+    parser.description = (
+        "Serve the waits API (/api/waits) and the history API on one app. Waits live in the "
+        "process that runs the workflows: to answer theirs, serve from that process "
+        "(groundswell_history.serving()); this command serves the waits of its own process."
+    )
+    parser.add_argument(
+        "--url",
+        help="SQLAlchemy URL of the history store (default: GROUNDSWELL_HISTORY_URL, else "
+        "~/.groundswell/history.db when it exists; without a store, no history API)",
+    )
+    parser.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (127.0.0.1: this machine only; others need TLS in front)",
+    )
+    parser.add_argument("--port", type=_port, default=8765, help="port to listen on (8765)")
+    parser.add_argument(
+        "--log-level",
+        default="info",
+        choices=["critical", "error", "warning", "info", "debug"],
+        help="server log level (info)",
+    )
+    parser.set_defaults(func=_serve_all)
+
+
+def _serve_all(args: argparse.Namespace) -> int:
+    serve = load_serve()
+    uvicorn = _uvicorn()
+    _check_port(args.host, args.port)
+    store: HistoryStore | None = None
+    url = args.url or os.environ.get("GROUNDSWELL_HISTORY_URL")
+    if url:
+        store = _existing_store(url)
+    elif (groundswell_home() / "history.db").is_file():
+        store = _existing_store(default_url())
+    try:
+        app = serve.serve_app(store)
+        _log_to_stderr(args.log_level)
+        where = f"http://{args.host}:{args.port}"
+        history = (
+            f"history API (store {safe_url(store.url)})"
+            if store is not None
+            else "no history API (no store yet: give --url, or record with Agent(history=True))"
+        )
+        print(
+            f"groundswell serve on {where}: waits API (/api/waits), {history}; "
+            "OpenAPI at /openapi.json",
+            file=sys.stderr,
+            flush=True,
+        )
+        if not serve.is_loopback(args.host):
+            print(
+                f"warning: listening on {args.host}, reachable from other machines: bearer "
+                "tokens cross the network in clear text unless TLS is in front",
+                file=sys.stderr,
+                flush=True,
+            )
+        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    finally:
+        if store is not None:
+            store.close()
     return 0
