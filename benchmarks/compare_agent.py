@@ -91,7 +91,10 @@ def main() -> None:
             "overhead_us_each_round": [r["overhead_us"] for r in runs[key]],
         }
 
-    results: dict[str, Any] = {"rounds": args.rounds, "trees": {k: str(v) for k, v in trees.items()}}
+    results: dict[str, Any] = {
+        "rounds": args.rounds,
+        "trees": {k: str(v) for k, v in trees.items()},
+    }
     for column, transport in cells:
         before = summary((column, transport, "before"))
         after = summary((column, transport, "after"))

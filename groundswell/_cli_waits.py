@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ._cli_run import CLIError
+from ._scrub import scrub
 from .node import printable
 from .waits import Answered, Wait
 from .waits_client import DEFAULT_URL, TOKEN_ENV, URL_ENV, WaitsClient, connect
@@ -39,7 +40,11 @@ def add_commands(sub: Any, table: Table) -> None:
         help=f"bearer token (default: {TOKEN_ENV}; `groundswell history token` issues them)",
     )
     who = argparse.ArgumentParser(add_help=False)
-    who.add_argument("--by", metavar="NAME", help="who decides, recorded on the wait")
+    who.add_argument(
+        "--by",
+        metavar="NAME",
+        help="who decides, recorded on the wait (over HTTP: on whose behalf the token decides)",
+    )
 
     p = sub.add_parser(
         "pending",
@@ -103,7 +108,7 @@ def _pending(args: argparse.Namespace, table: Table) -> int:
         print(json.dumps([w.to_dict() for w in waits], indent=2, ensure_ascii=False))
         return 0
     if not waits:
-        print(f"no open waits at {client.url}")
+        print(f"no open waits at {scrub(client.url)}")
         return 0
     now = time.time()
     table(COLUMNS, [_row(wait, now) for wait in waits])

@@ -215,28 +215,36 @@ class _Collecting:
         return f"request-{n}"
 
     async def send_after(self, window: float) -> None:
-        """Wait out the window (or until the batch is full), then create the batch."""
+        """Wait out the window (or until the batch is full), then create the batch.
+
+        Whatever goes wrong on the way (a client without ``messages.batches``, an
+        API error), every request still waiting gets the error: none waits forever.
+        """
         try:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.full.wait(), window)
-        finally:
-            if _collecting.get(self.key) is self:
-                del _collecting[self.key]
-        items = [item for item in self.items if not item[2].done()]  # cancelled ones are out
-        if not items:
-            return
-        api = _batches_api(self.client, self.beta)
-        requests = [{"custom_id": cid, "params": body} for cid, body, _ in items]
-        try:
+            try:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.full.wait(), window)
+            finally:
+                if _collecting.get(self.key) is self:
+                    del _collecting[self.key]
+            items = [item for item in self.items if not item[2].done()]  # cancelled: out
+            if not items:
+                return
+            api = _batches_api(self.client, self.beta)
+            requests = [{"custom_id": cid, "params": body} for cid, body, _ in items]
             batch = await api.create(requests=requests, extra_headers=self.headers or None)
-        except BaseException as exc:
-            _settle([submitted for _, _, submitted in items], exc)
-            raise
-        poller = _poller(self.client, str(batch.id), self.beta, self.headers)
-        for cid, _, submitted in items:
-            poller.future(cid)  # registered before anyone waits: no result is missed
-            if not submitted.done():
+            # A request cancelled while the batch was created has nobody to wait for it.
+            live = [(cid, submitted) for cid, _, submitted in items if not submitted.done()]
+            if not live:
+                logger.debug("Message Batch %s: every request in it was cancelled", batch.id)
+                return
+            poller = _poller(self.client, str(batch.id), self.beta, self.headers)
+            for cid, submitted in live:
+                poller.future(cid)  # registered before anyone waits: no result is missed
                 submitted.set_result(str(batch.id))
+        except BaseException as exc:
+            _settle([submitted for _, _, submitted in self.items], exc)
+            raise
 
 
 _collecting: dict[tuple[Any, ...], _Collecting] = {}
@@ -244,10 +252,11 @@ _collecting: dict[tuple[Any, ...], _Collecting] = {}
 _tasks: set[asyncio.Task[Any]] = set()
 
 
-def _start(coroutine: Any) -> None:
+def _start(coroutine: Any) -> asyncio.Task[Any]:
     task = asyncio.get_running_loop().create_task(coroutine)
     _tasks.add(task)
     task.add_done_callback(_finished)
+    return task
 
 
 def _finished(task: asyncio.Task[Any]) -> None:
@@ -284,7 +293,13 @@ async def submit(
     if len(group.items) >= MAX_REQUESTS:
         del _collecting[key]  # full: the next request starts a batch of its own
         group.full.set()
-    batch_id = await submitted
+    try:
+        batch_id = await submitted
+    except asyncio.CancelledError:
+        # Cancelled just as the batch was created: nobody will wait for this result.
+        if submitted.done() and not submitted.cancelled():
+            _release(client, submitted.result(), cid)
+        raise
     return BatchTicket(batch_id, cid, beta, sent)
 
 
@@ -300,12 +315,26 @@ class _Poller:
         self.key, self.client, self.batch_id, self.beta = key, client, batch_id, beta
         self.headers = dict(headers) or None
         self.futures: dict[str, asyncio.Future[Any]] = {}
+        self.task: asyncio.Task[Any] | None = None
 
     def future(self, custom_id: str) -> asyncio.Future[Any]:
+        """The future ``custom_id``'s result is handed to (a new one if the last was cancelled)."""
         found = self.futures.get(custom_id)
-        if found is None:
+        if found is None or found.cancelled():
             found = self.futures[custom_id] = asyncio.get_running_loop().create_future()
+            found.add_done_callback(self._left)
         return found
+
+    def _left(self, done: asyncio.Future[Any]) -> None:
+        """Stop polling once every waiter has been cancelled; the batch itself goes on."""
+        if not done.cancelled() or not all(f.cancelled() for f in self.futures.values()):
+            return
+        # Out of `_polling` now, so a later waiter starts a poller of its own rather than
+        # joining this one as it stops.
+        if _polling.get(self.key) is self:
+            del _polling[self.key]
+        if self.task is not None:
+            self.task.cancel()
 
     async def run(self) -> None:
         try:
@@ -375,8 +404,16 @@ def _poller(client: Any, batch_id: str, beta: bool, headers: Mapping[str, str]) 
     poller = _polling.get(key)
     if poller is None:
         poller = _polling[key] = _Poller(key, client, batch_id, beta, headers)
-        _start(poller.run())
+        poller.task = _start(poller.run())
     return poller
+
+
+def _release(client: Any, batch_id: str, custom_id: str) -> None:
+    """Cancel the result ``custom_id`` was registered for, as nobody will wait for it."""
+    poller = _polling.get((asyncio.get_running_loop(), id(client), batch_id))
+    waiting = poller.futures.get(custom_id) if poller is not None else None
+    if waiting is not None:
+        waiting.cancel()
 
 
 async def wait_result(client: Any, ticket: BatchTicket) -> Any:
@@ -444,4 +481,14 @@ def _transient(exc: Exception) -> bool:
 
 
 def _batches_api(client: Any, beta: bool) -> Any:
-    return client.beta.messages.batches if beta else client.messages.batches
+    path = "beta.messages.batches" if beta else "messages.batches"
+    api = client
+    for name in path.split("."):
+        api = getattr(api, name, None)
+        if api is None:
+            raise ConfigurationError(
+                f"batch=True sends model calls as Message Batches, but the agent's client "
+                f"({type(client).__name__}) has no {path}; give it an anthropic.AsyncAnthropic "
+                "client (or one that passes messages.batches through), or turn batch off"
+            )
+    return api

@@ -1,7 +1,7 @@
 """The ``cache_control`` markers of a request: counting the caller's, and automatic caching.
 
-Shared by the request builder (`groundswell.model.build_request`: ``prompt_cache=True``,
-``"5m"`` or ``"1h"`` is one top-level field, set as the request is built) and the
+Shared by the agent loop (``prompt_cache=True``, ``"5m"`` or ``"1h"`` is one top-level
+field, set on each turn's request after the ``before_model`` layers) and the
 ``prompt_cache`` middleware (breakpoints placed where they pay).
 """
 

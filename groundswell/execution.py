@@ -7,7 +7,10 @@ engine runs them in-process and costs one call. Durable engines come from plugin
 ``register_execution_backends`` hook (the bundled ``dbos`` engine checkpoints
 steps in Postgres or SQLite and runs queued workflows on workers). A wait for a
 person (`groundswell.waits`) goes through an engine's optional ``wait`` method
-(`WaitingEngine`), so that a durable engine can keep it across processes.
+(`WaitingEngine`), so that a durable engine can keep it across processes, and a
+decision on a wait of another process through its ``decide`` (`RemoteWaits`).
+A tool call goes through its optional ``once`` (`CheckpointingEngine`), so that
+a durable engine checkpoints it and a recovery does not run it again.
 """
 
 from __future__ import annotations
@@ -22,14 +25,17 @@ from .hookspecs import ExecutionBackend, hookimpl
 
 if TYPE_CHECKING:
     from .tree import EventNode
-    from .waits import Decision, Wait
+    from .waits import Answered, Decision, Wait
     from .workflow import Workflow, WorkflowContext, WorkflowResult
 
 __all__ = [
     "LOCAL",
+    "CheckpointingEngine",
     "ExecutionEngine",
+    "RemoteWaits",
     "WaitingEngine",
     "WorkflowCall",
+    "created_engines",
     "durable_backend_name",
     "get_engine",
 ]
@@ -145,6 +151,14 @@ class WaitingEngine(Protocol):
     registry `pending()` reads, its deadline) and then awaits the engine's
     ``wait`` instead of the in-process decision itself; an engine without this
     method gets that plain await.
+
+    An engine may also have ``opening(ctx, kind, name, opening) ->
+    Awaitable[WaitOpening]``, called before the wait opens with the kernel's
+    `WaitOpening` (a fresh id, now, and the deadline ``timeout`` gives); it
+    returns the one to use. A durable engine returns the id, opening time and
+    deadline the wait had before a recovery, so that a person's answer to the id
+    they saw still lands and the deadline does not move. ``name`` is the wait
+    node's name (``"approval"``, ``"question"``...).
     """
 
     def wait(
@@ -158,6 +172,49 @@ class WaitingEngine(Protocol):
         durable engine may return a decision it recorded before (a recovered
         run) or one delivered from another process. Cancellation and errors pass
         through unchanged.
+        """
+        ...
+
+
+@runtime_checkable
+class RemoteWaits(Protocol):
+    """An engine that reaches waits held by other processes (optional): a durable one.
+
+    ``groundswell.waits.approve``, ``reject`` and ``answer`` give it a decision
+    on a wait this process does not hold.
+    """
+
+    def decide(self, wait_id: str, decision: Decision) -> Awaitable[Answered | None]:
+        """Send ``decision`` to the wait ``wait_id`` wherever it waits; ``None`` if this
+        engine knows no such wait.
+
+        Raises `InvalidAnswer` when the decision does not fit the wait (the wait stays
+        open) and `WaitClosed` when the engine knows it was decided already.
+        """
+        ...
+
+
+@runtime_checkable
+class CheckpointingEngine(Protocol):
+    """An engine that checkpoints single operations of a run, such as tool calls (optional)."""
+
+    def once(
+        self,
+        ctx: WorkflowContext,
+        node: EventNode,
+        name: str,
+        fn: Callable[[str | None], Awaitable[Any]],
+        *,
+        checkpoint: bool = True,
+    ) -> Awaitable[Any]:
+        """Run ``await fn(key)`` for the operation ``name`` at ``node`` and return its result.
+
+        ``key`` is the operation's idempotency key, the same on every recovery of
+        the run (``None``: the kernel uses its own). In a durable run the result (or
+        the exception) is checkpointed with the nodes ``fn`` added under ``node``,
+        and a recovery that reaches the same operation gets them back without
+        calling ``fn``. Operations of one ``name`` in one branch of the run are told
+        apart by their order. ``checkpoint=False`` calls ``fn`` every time.
         """
         ...
 
@@ -254,6 +311,12 @@ def get_engine(name: str) -> ExecutionEngine:
             )
         _engines[name] = made
         return made
+
+
+def created_engines() -> list[ExecutionEngine]:
+    """The engines this process has created so far (`get_engine`), in no particular order."""
+    with _lock:
+        return list(_engines.values())
 
 
 def _reset_engines() -> None:

@@ -36,7 +36,6 @@ from .api_retries import (
     retry_delay,
     without_sdk_retries,
 )
-from .cache_markers import auto_cache
 from .errors import ConfigurationError, ModelAPIError, ResponseValidationError
 
 if TYPE_CHECKING:
@@ -121,9 +120,6 @@ def build_request(
                 "schema": output_type(response_format).schema,
             }
         params["output_config"] = merged
-    value = get("prompt_cache")
-    if value is True or value == "5m" or value == "1h":  # automatic caching: one field
-        auto_cache(params, value)
     value = get("betas")
     if value:
         params["betas"] = list(value)

@@ -1,22 +1,29 @@
-"""``groundswell.ask_user``: a tool through which an agent asks a person a question.
+"""Questions to a person: ``ctx.ask`` and ``groundswell.ask_user``.
 
-``Agent(tools=[groundswell.ask_user])`` gives the model a tool that opens a
-``question`` wait (`groundswell.waits`) under its ``tool_call`` node and
-returns the person's typed answer as the tool result. It asks for text, or
-for one of a few ``choices`` the model offers.
+``ctx.ask(question, response_format)`` opens a ``question`` wait
+(`groundswell.waits`) under the current node and returns the answer, validated
+into ``response_format``. ``Agent(tools=[groundswell.ask_user])`` gives the
+model a tool that opens one under its ``tool_call`` node and returns the
+person's typed answer as the tool result; it asks for text, or for one of a
+few ``choices`` the model offers.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import pydantic
 
 from .errors import ConfigurationError
 from .run_context import current_frame
 from .tools import Tool, ToolContext
-from .waits import open_wait
+from .waits import Decision, check_timeout, open_wait
 
-__all__ = ["AskUser", "ask_user"]
+if TYPE_CHECKING:
+    from .workflow import WorkflowContext
+
+__all__ = ["NO_DEFAULT", "AskUser", "ask_question", "ask_user", "question_format"]
 
 
 async def _ask_user(question: str, ctx: ToolContext, choices: list[str] | None = None) -> str:
@@ -91,3 +98,83 @@ class AskUser(Tool):
 
 #: A ready tool an agent may be given: ``Agent(tools=[groundswell.ask_user])``.
 ask_user = AskUser(_ask_user, name="ask_user")
+
+
+def question_format(response_format: Any) -> tuple[Callable[[Any], Any], dict[str, Any]]:
+    """How an answer to a question is checked, and the JSON schema it must fit.
+
+    ``None`` asks for text; anything pydantic validates (a model, ``int``,
+    ``list[str]``, a ``Literal``...) for a value of that type.
+    """
+    if response_format is None:
+        return _text, {"type": "string"}
+    try:
+        adapter: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(response_format)
+        schema = adapter.json_schema()
+    except (pydantic.PydanticUserError, pydantic.PydanticSchemaGenerationError, TypeError) as exc:
+        raise ConfigurationError(
+            f"ctx.ask(response_format=...) must be a type pydantic can validate (a BaseModel "
+            f"subclass, int, list[str]...), got {response_format!r:.80}: {exc}"
+        ) from None
+    takes_text = schema.get("type") == "string"
+
+    def validate(value: Any) -> Any:
+        if isinstance(value, str) and not takes_text:
+            # A form or a command line sends JSON text: read it as the value.
+            try:
+                return adapter.validate_json(value)
+            except pydantic.ValidationError as exc:
+                if any(e["type"] == "json_invalid" for e in exc.errors()):
+                    return adapter.validate_python(value)
+                try:  # JSON of another type ("12345" for a str | None): as text
+                    return adapter.validate_python(value)
+                except pydantic.ValidationError:
+                    raise exc from None  # what the JSON it was lacks says more
+        return adapter.validate_python(value)
+
+    return validate, schema
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"the question asks for text, got {type(value).__name__} {value!r:.60}")
+    return value
+
+
+NO_DEFAULT: Any = object()
+
+
+async def ask_question(
+    ctx: WorkflowContext,
+    question: str,
+    response_format: Any = None,
+    *,
+    timeout: float | None = None,
+    default: Any = NO_DEFAULT,
+) -> Any:
+    """`WorkflowContext.ask`: open a question wait under the current node, return the answer."""
+    if not isinstance(question, str) or not question.strip():
+        raise ConfigurationError(
+            f"ctx.ask(question): give the question as text, got {question!r:.60}"
+        )
+    tree = ctx.event_tree
+    if ctx.node.ended_at is not None:
+        raise ConfigurationError(
+            f"ctx.ask({question!r:.40}): the workflow has already ended; ask while it runs"
+        )
+    check_timeout(timeout, f"ctx.ask({question!r:.40})")
+    validate, schema = question_format(response_format)
+    frame = current_frame()
+    parent = frame.node if frame is not None and frame.tree is tree else ctx.node
+    decision = await open_wait(
+        "question",
+        {"question": question, "schema": schema},
+        tree=tree,
+        parent=parent,
+        name="question",
+        timeout=timeout,
+        on_timeout=None if default is NO_DEFAULT else Decision.answer(default, by="deadline"),
+        validate=validate,
+        workflow=ctx,
+    )
+    return decision.value

@@ -82,6 +82,10 @@ class ToolContext(Generic[DepsT]):
     as ``agent.prompt(..., deps=...)`` (``None`` when none was). Annotate the
     parameter ``ToolContext[Shop]`` and type checkers know ``ctx.deps`` is a
     ``Shop``; a bare ``ToolContext`` is ``ToolContext[Any]``.
+    ``idempotency_key`` names this call for a service that deduplicates
+    requests (a payment API's idempotency key): in a durable run it is the same
+    on every recovery of the run, so a call that runs again after a crash can
+    ask the service not to repeat its effect; elsewhere it is ``tool_use_id``.
     """
 
     agent: str
@@ -89,6 +93,7 @@ class ToolContext(Generic[DepsT]):
     env: Mapping[str, str] = field(default_factory=dict)
     node_id: str | None = None
     deps: DepsT = None  # type: ignore[assignment]  # None when the call passed no deps
+    idempotency_key: str | None = None
 
 
 class ToolFailed(ToolError):
@@ -331,9 +336,24 @@ class Tool:
     seen them that many times (``None``: the agent's ``context_ttl``, if any).
     ``requires_approval=True`` makes every call wait for a person's approval
     before it runs (see ``Agent(approval=...)`` and docs/people-in-the-loop.md).
+    In a durable run each call is checkpointed when the tool returns, and a
+    recovered run takes its result from the checkpoint instead of calling the
+    tool again; ``checkpoint=False`` opts out (a cheap read worth repeating).
     """
 
     node_type = NodeType.TOOL_CALL
+
+    #: Fixed once the tool is made: an agent works out once which of its layers its
+    #: tools need (`Middleware.per_agent`), so a later change would go unseen there.
+    _FIXED = frozenset({"cache", "timeout", "context_ttl", "requires_approval", "checkpoint"})
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in Tool._FIXED and name in self.__dict__:
+            raise AttributeError(
+                f"Tool {self.__dict__.get('name')!r}: {name} is fixed when the tool is made "
+                f"(agents decide once what their tools need); make a new Tool(..., {name}=...)"
+            )
+        object.__setattr__(self, name, value)
 
     def __init__(
         self,
@@ -347,6 +367,7 @@ class Tool:
         timeout: float | None = None,
         context_ttl: int | None = None,
         requires_approval: bool = False,
+        checkpoint: bool = True,
     ) -> None:
         if not callable(fn):
             raise ToolError(f"a tool needs a callable, got {type(fn).__name__}")
@@ -381,6 +402,12 @@ class Tool:
             )
         #: Every call waits for a person's approval before it runs.
         self.requires_approval = requires_approval
+        if not isinstance(checkpoint, bool):
+            raise ConfigurationError(
+                f"{label}: checkpoint must be True or False, got {checkpoint!r:.40}"
+            )
+        #: In a durable run, a call's result is checkpointed and not run again on recovery.
+        self.checkpoint = checkpoint
         self.name: str = name or str(getattr(fn, "__name__", ""))
         if not _NAME.match(self.name):
             raise ToolError(

@@ -10,10 +10,11 @@ a CLI thread) or task. Each returns an `Answered`, which may also be awaited:
 ``await groundswell.waits.approve(wait_id)`` is the form that keeps working
 where the answer must reach another process.
 
-In this version waits live in the process that opened them, on the local
-engine. The kernel opens them through `open_wait`, which hands the waiting to
-the workflow's execution engine when it has a ``wait`` method
-(`groundswell.execution.WaitingEngine`).
+The kernel opens waits through `open_wait`, which hands the waiting to the
+workflow's execution engine (`groundswell.execution.WaitingEngine`: its
+optional ``opening`` and ``wait``); a decision on a wait another process holds
+goes to the engines that reach it (`groundswell.execution.RemoteWaits`), and
+`deliver` is how an engine hands a wait of this process a decision from elsewhere.
 """
 
 from __future__ import annotations
@@ -35,15 +36,17 @@ import pydantic
 
 from ._serialize import jsonable, redact
 from .errors import ConfigurationError, InvalidAnswer, UnknownWait, WaitClosed, WaitTimedOut
-from .execution import WaitingEngine
+from .execution import RemoteWaits, WaitingEngine, created_engines
 from .outcomes import end_failed
-from .run_context import current_frame
 from .tree import CANCELLATIONS, EventNode, EventTree, NodeStatus, NodeType
 
 if TYPE_CHECKING:
     from .workflow import WorkflowContext
 
-__all__ = ["Answered", "Decision", "Wait", "answer", "approve", "pending", "reject"]
+__all__ = [
+    "Answered", "Decision", "Wait", "WaitOpening",
+    "answer", "approve", "deliver", "pending", "reject", "verbs",
+]  # fmt: skip
 
 DecisionKind = Literal["approve", "reject", "answer"]
 #: Which verbs decide a wait of each kind; a kind not named here takes any verb.
@@ -144,6 +147,28 @@ async def _ready(answered: Answered) -> Answered:
     return answered
 
 
+@dataclass(frozen=True, slots=True)
+class _Delivering(Answered):
+    """A decision on its way to a wait of another process: until awaited, ``wait`` names
+    only the id; awaiting it returns the engine's `Answered` (or raises its error)."""
+
+    task: asyncio.Task[Answered] | None = None
+
+    def __await__(self) -> Generator[Any, None, Answered]:
+        assert self.task is not None
+        return self.task.__await__()
+
+
+@dataclass(frozen=True, slots=True)
+class WaitOpening:
+    """Where a wait opens: its ``id``, when it opened and its ``deadline`` (Unix times);
+    an engine's ``opening`` may give a recovered wait the ones it had before."""
+
+    id: str
+    opened_at: float
+    deadline: float | None = None
+
+
 #: What `open_wait` asks about every wait it opens, until one returns a `Decision`
 #: (``groundswell.testing.auto_answer`` adds them).
 Answerer = Callable[[Wait], Decision | None]
@@ -193,7 +218,8 @@ def approve(
     """Approve the approval wait ``wait_id``; ``input`` replaces the tool's input.
 
     ``by`` names who approved (recorded on the wait's node). Raises
-    `UnknownWait` (`WaitClosed` once decided) or `InvalidAnswer`.
+    `UnknownWait` (`WaitClosed` once decided) or `InvalidAnswer`. A wait held elsewhere
+    (a durable run's) goes there: in a coroutine, await the result.
     """
     if input is not None and not isinstance(input, dict):
         raise InvalidAnswer(
@@ -222,6 +248,13 @@ def answer(wait_id: str, value: Any, *, by: str | None = None) -> Answered:
     `InvalidAnswer` naming what is wrong, and the wait stays open.
     """
     return _decide(wait_id, Decision("answer", value=value, by=_by(by)))
+
+
+def verbs(wait_id: str) -> tuple[DecisionKind, ...]:
+    """The verbs that decide the open wait ``wait_id`` of this process (``"approve"``,
+    ``"reject"``, ``"answer"``): what an engine tells other processes may decide it."""
+    entry = _entry(wait_id)
+    return entry.verbs or VERBS.get(entry.wait.kind) or ("approve", "reject", "answer")
 
 
 def use_answerer(answerer: Answerer) -> Token[tuple[Answerer, ...]]:
@@ -274,9 +307,57 @@ def _gone(wait_id: str) -> UnknownWait:
     )
 
 
+def deliver(wait_id: str, decision: Decision) -> Answered:
+    """Deliver ``decision`` (from another process, a checkpoint) to the wait ``wait_id`` of
+    this process, checked as `approve`, `reject` and `answer` check theirs; for engines.
+
+    ``decision.at`` is kept when set. Raises `UnknownWait` or `InvalidAnswer`.
+    """
+    if not isinstance(decision, Decision):
+        raise InvalidAnswer(f"deliver({wait_id!r}, ...) takes a Decision, got {decision!r:.60}")
+    return _settle_local(_entry(wait_id), decision)
+
+
 def _decide(wait_id: str, decision: Decision) -> Answered:
-    """Check ``decision`` against the wait, close the wait and send the decision to its run."""
-    entry = _entry(wait_id)
+    """Check ``decision``, close the wait and send it to its run (elsewhere, if not here)."""
+    try:
+        entry = _entry(wait_id)
+    except UnknownWait as missing:
+        remote: list[RemoteWaits] = [e for e in created_engines() if isinstance(e, RemoteWaits)]
+        # A wait this process stopped waiting on (its run's task was cancelled here) may
+        # still be open in the process that took the durable run over.
+        if not remote or (isinstance(missing, WaitClosed) and missing.closed != "cancelled"):
+            raise
+        return _send_away(remote, str(wait_id), decision, missing)
+    return _settle_local(entry, decision)
+
+
+def _send_away(
+    engines: list[RemoteWaits], wait_id: str, decision: Decision, missing: UnknownWait
+) -> Answered:
+    """Hand ``decision`` to the engines that keep waits of other processes, first taker wins."""
+
+    async def send() -> Answered:
+        for engine in engines:
+            answered = await engine.decide(wait_id, decision)
+            if answered is not None:
+                return answered
+        raise UnknownWait(
+            f"no open wait has the id {wait_id!r}, in this process or in the durable runs its "
+            "execution engines can reach; groundswell.waits.pending() lists this process's",
+            wait_id=wait_id,
+        ) from missing
+
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # a plain call, in a thread without a loop: delivered before it returns
+        return asyncio.run(send())
+    placeholder = Wait(wait_id, "", "", "", {}, 0.0)
+    return _Delivering(placeholder, decision, loop.create_task(send()))
+
+
+def _settle_local(entry: _Open, decision: Decision) -> Answered:
+    wait_id = entry.wait.id
     wait = entry.wait
     verbs = entry.verbs or VERBS.get(wait.kind)
     if verbs is not None and decision.kind not in verbs:
@@ -291,7 +372,8 @@ def _decide(wait_id: str, decision: Decision) -> Answered:
         except ValueError as exc:  # pydantic's ValidationError is one
             raise _invalid(wait, exc) from None
         decision = dataclasses.replace(decision, value=value)
-    decision = dataclasses.replace(decision, at=time.time())
+    if decision.at is None:
+        decision = dataclasses.replace(decision, at=time.time())
     with _lock:
         first = _open.get(wait_id) is entry  # or another thread decided it meanwhile
         if first:
@@ -434,10 +516,21 @@ async def open_wait(
     when they are not its kind's (a server's question may also be rejected).
     """
     check_timeout(timeout, f"wait {name!r}")
-    wait_id = _new_id()
-    request = redact(request)  # what pending() lists may leave the process
+    # What pending() lists may leave the process: secrets masked, but not in a
+    # question's JSON schema, which the code wrote (its "password" field is a field).
+    schema = request.get("schema")
+    request = redact({key: value for key, value in request.items() if key != "schema"})
+    if schema is not None:
+        request["schema"] = jsonable(schema)
     opened = time.time()
-    deadline = None if timeout is None else opened + timeout
+    opening = WaitOpening(_new_id(), opened, None if timeout is None else opened + timeout)
+    # Any engine may take the waiting over; typed as object, since its methods are optional.
+    engine: object = workflow.engine if workflow is not None else None
+    place = getattr(engine, "opening", None)
+    if workflow is not None and place is not None:
+        # A durable engine: the id and deadline the wait had before a recovery.
+        opening = await place(workflow, kind, name, opening)
+    wait_id, opened, deadline = opening.id, opening.opened_at, opening.deadline
     payload: dict[str, Any] = {"wait_id": wait_id, "kind": kind, "request": request}
     if deadline is not None:
         payload["deadline"] = deadline
@@ -462,15 +555,13 @@ async def open_wait(
             deadline=deadline,
             status=NodeStatus.WAITING.value,
         )
-        if timeout is not None:
-            timer = loop.call_later(timeout, _expire, entry)
+        if deadline is not None:
+            timer = loop.call_later(max(0.0, deadline - time.time()), _expire, entry)
         for answerer in reversed(_answerers.get()):  # the innermost first, like overrides
             auto = answerer(wait)
             if auto is not None:
                 _decide(wait_id, auto)
                 break
-        # Any engine may take the waiting over; typed as object, since `wait` is optional.
-        engine: object = workflow.engine if workflow is not None else None
         if workflow is not None and isinstance(engine, WaitingEngine):
             decision = await engine.wait(workflow, node, wait, entry.future)
         else:
@@ -484,97 +575,25 @@ async def open_wait(
     finally:
         if timer is not None:
             timer.cancel()
+    # An engine may have settled it without this process's registry (a decision from
+    # another process, or a recovered one): the wait is closed all the same.
+    _close(wait, f"{_verb_past(decision.kind)} by {decision.by or 'someone'}")
     _record(node, decision)
     tree.end_node(node, NodeStatus.COMPLETED)
     return decision
 
 
 def _record(node: EventNode, decision: Decision) -> None:
+    # Masked as everything in the tree is: an answer may hold a password a form asked for.
     payload = node.payload
     payload["decision"] = decision.kind
-    payload["answered_by"] = decision.by
+    payload["answered_by"] = redact(decision.by)
     payload["answered_at"] = decision.at
     if decision.kind == "answer":
-        payload["answer"] = jsonable(decision.value)
+        payload["answer"] = redact(decision.value)
     elif decision.kind == "reject":
-        payload["reason"] = decision.reason
+        payload["reason"] = redact(decision.reason)
     elif decision.input is not None:
-        payload["input"] = jsonable(decision.input)
+        payload["input"] = redact(decision.input)
     if decision.timed_out:
         payload["timed_out"] = True
-
-
-def question_format(response_format: Any) -> tuple[Callable[[Any], Any], dict[str, Any]]:
-    """How an answer to a question is checked, and the JSON schema it must fit.
-
-    ``None`` asks for text; anything pydantic validates (a model, ``int``,
-    ``list[str]``, a ``Literal``...) for a value of that type.
-    """
-    if response_format is None:
-        return _text, {"type": "string"}
-    try:
-        adapter: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(response_format)
-        schema = adapter.json_schema()
-    except (pydantic.PydanticUserError, pydantic.PydanticSchemaGenerationError, TypeError) as exc:
-        raise ConfigurationError(
-            f"ctx.ask(response_format=...) must be a type pydantic can validate (a BaseModel "
-            f"subclass, int, list[str]...), got {response_format!r:.80}: {exc}"
-        ) from None
-    takes_text = schema.get("type") == "string"
-
-    def validate(value: Any) -> Any:
-        if isinstance(value, str) and not takes_text:
-            # A form or a command line sends JSON text: read it as the value.
-            try:
-                return adapter.validate_json(value)
-            except pydantic.ValidationError as exc:
-                if not any(e["type"] == "json_invalid" for e in exc.errors()):
-                    raise
-        return adapter.validate_python(value)
-
-    return validate, schema
-
-
-def _text(value: Any) -> str:
-    if not isinstance(value, str):
-        raise ValueError(f"the question asks for text, got {type(value).__name__} {value!r:.60}")
-    return value
-
-
-NO_DEFAULT: Any = object()
-
-
-async def ask_question(
-    ctx: WorkflowContext,
-    question: str,
-    response_format: Any = None,
-    *,
-    timeout: float | None = None,
-    default: Any = NO_DEFAULT,
-) -> Any:
-    """`WorkflowContext.ask`: open a question wait under the current node, return the answer."""
-    if not isinstance(question, str) or not question.strip():
-        raise ConfigurationError(
-            f"ctx.ask(question): give the question as text, got {question!r:.60}"
-        )
-    tree = ctx.event_tree
-    if ctx.node.ended_at is not None:
-        raise ConfigurationError(
-            f"ctx.ask({question!r:.40}): the workflow has already ended; ask while it runs"
-        )
-    check_timeout(timeout, f"ctx.ask({question!r:.40})")
-    validate, schema = question_format(response_format)
-    frame = current_frame()
-    parent = frame.node if frame is not None and frame.tree is tree else ctx.node
-    decision = await open_wait(
-        "question",
-        {"question": question, "schema": schema},
-        tree=tree,
-        parent=parent,
-        name="question",
-        timeout=timeout,
-        on_timeout=None if default is NO_DEFAULT else Decision.answer(default, by="deadline"),
-        validate=validate,
-        workflow=ctx,
-    )
-    return decision.value

@@ -23,7 +23,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import httpx2
 
-from ._scrub import scrub
+from ._scrub import REDACTED, scrub
 from .errors import ConfigurationError, GroundswellError, InvalidAnswer, UnknownWait, WaitClosed
 from .plugins import get_plugin_manager
 from .waits import Answered, Decision, Wait
@@ -49,7 +49,10 @@ TIMEOUT_S = 30.0
 
 class WaitsServerError(GroundswellError):
     """The waits server cannot be reached, or refused the request (a token it does not
-    accept: ``status`` 401, or one that may not see what was asked: 403)."""
+    accept: ``status`` 401, or one that may not see what was asked: 403).
+
+    ``url`` is the server's URL with any credentials in it masked, as in the message.
+    """
 
     def __init__(self, message: str, *, url: str = "", status: int | None = None) -> None:
         super().__init__(message)
@@ -102,6 +105,8 @@ class HTTPWaits:
 
     def __init__(self, url: str, token: str | None = None) -> None:
         self.url = url.rstrip("/")
+        # What messages and errors show: a password or key in the URL never reaches them.
+        self._shown = scrub(self.url)
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._client = httpx2.Client(base_url=self.url, headers=headers, timeout=TIMEOUT_S)
         self._token_given = bool(token)
@@ -168,11 +173,11 @@ class HTTPWaits:
             response = self._client.request(method, path, **kw)
         except httpx2.TransportError as exc:
             raise WaitsServerError(
-                f"cannot reach a waits server at {self.url} ({type(exc).__name__}: "
+                f"cannot reach a waits server at {self._shown} ({type(exc).__name__}: "
                 f"{scrub(str(exc)) or 'no answer'}). Waits are served by the process that "
                 "runs the workflows: start groundswell_history.serving() there (or "
                 f"`groundswell serve`), and point at it with --url or {URL_ENV}",
-                url=self.url,
+                url=self._shown,
             ) from None
         try:
             body = response.json()
@@ -191,22 +196,22 @@ class HTTPWaits:
                 "(`groundswell history token --operator` prints one where the server runs)"
             )
             raise WaitsServerError(
-                f"{self.url} refused the request (401): {said or 'no valid token'}{hint}",
-                url=self.url,
+                f"{self._shown} refused the request (401): {said or 'no valid token'}{hint}",
+                url=self._shown,
                 status=401,
             )
         if status == 403:
             raise WaitsServerError(
-                f"{self.url} refused the request (403): {said}", url=self.url, status=403
+                f"{self._shown} refused the request (403): {said}", url=self._shown, status=403
             )
         if status == 404 and said:
             raise UnknownWait(said, wait_id=wait_id)
         if status == 404:
             raise WaitsServerError(
-                f"{self.url} serves no waits API ({method} {path} is not there): point --url "
+                f"{self._shown} serves no waits API ({method} {path} is not there): point --url "
                 f"or {URL_ENV} at a `groundswell serve` app (`groundswell history serve` has "
                 "no waits)",
-                url=self.url,
+                url=self._shown,
                 status=404,
             )
         if status == 409:
@@ -217,11 +222,20 @@ class HTTPWaits:
             errors = [e for e in detail if isinstance(e, dict)] if isinstance(detail, list) else []
             raise InvalidAnswer(said or "the request was invalid", wait_id=wait_id, errors=errors)
         raise WaitsServerError(
-            f"unexpected answer from {self.url} to {method} {path}: status {status}"
+            f"unexpected answer from {self._shown} to {method} {path}: status {status}"
             + (f": {said}" if said else f" ({scrub(response.text[:200])!r})"),
-            url=self.url,
+            url=self._shown,
             status=status,
         )
+
+
+def _schemeless(url: str) -> str:
+    """A URL given without its scheme, for a message: scrubbed, and a ``user:password@``
+    before the host masked too (scrubbing finds those only after a scheme)."""
+    authority, slash, rest = scrub(url).partition("/")
+    if "@" in authority:
+        authority = f"{REDACTED}@{authority.rpartition('@')[2]}"
+    return authority + slash + rest
 
 
 def _wait(data: dict[str, Any]) -> Wait:
@@ -265,7 +279,8 @@ def connect(url: str | None = None, *, token: str | None = None) -> WaitsClient:
     scheme, sep, _ = url.partition("://")
     if not sep or not scheme:
         raise ConfigurationError(
-            f"give the waits server's URL with its scheme, e.g. {DEFAULT_URL} (got {url!r})"
+            f"give the waits server's URL with its scheme, e.g. {DEFAULT_URL} "
+            f"(got {_schemeless(url)!r})"
         )
     factory = _schemes.get(scheme.lower())
     if factory is None:

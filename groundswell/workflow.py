@@ -43,13 +43,13 @@ from .outcomes import (
     workflow_error,
 )
 from .prompt import check_cache_name
+from .questions import NO_DEFAULT, ask_question
 from .reflection import ReflectionAPI, ReflectionConfig, resolve_config, retry_step
 from .revision import replace_last_prompt
 from .run_context import Frame, current_frame, enter_frame, new_run_tree, reset_frame, set_frame
 from .step_body import call_body, check_awaited, start_body, within_timeout
 from .tree import EventNode, EventTree, NodeStatus, NodeType
 from .workflow_input import input_model, validate_input
-from .waits import NO_DEFAULT, ask_question
 from .workflow_options import WorkflowOptions, check_batch, refuse_unknown
 
 __all__ = [

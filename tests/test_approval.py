@@ -4,6 +4,7 @@ calls wait for a person (groundswell.waits) or for auto_answer before they run."
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -350,3 +351,46 @@ async def test_a_call_of_a_tool_the_agent_does_not_have_asks_nobody() -> None:
     assert result.tree.find(type="wait") == []
     (sent,) = fake.requests[1].tool_results()
     assert sent["is_error"] is True and "no local handler for tool 'wire_money'" in sent["content"]
+
+
+def test_a_tools_approval_cannot_be_switched_after_it_is_made() -> None:
+    # An agent works out once which layers its tools need: a later switch would go
+    # unseen by plain prompts, so the tool refuses it and says how to do it instead.
+    def deploy(target: str) -> str:
+        """Deploy to a target."""
+        return target
+
+    made = Tool(deploy)
+    with pytest.raises(AttributeError, match=r"requires_approval is fixed .* make a new Tool"):
+        made.requires_approval = True  # type: ignore[misc]
+    assert Tool(deploy, requires_approval=True).requires_approval is True
+
+
+async def test_an_edit_of_the_listed_input_keeps_the_secrets_it_was_shown_masked() -> None:
+    # A person edits the input as pending() lists it, secrets masked: the values they
+    # left alone reach the tool as the model gave them, and the tree never holds them.
+    made: list[dict[str, str]] = []
+
+    def create_user(name: str, password: str, role: str) -> str:
+        """Create a user.
+
+        Args:
+            name: The login.
+            password: The first password.
+            role: The role.
+        """
+        made.append({"name": name, "password": password, "role": role})
+        return "created"
+
+    asked = {"name": "bob", "password": "Tr0ub4dor&3xyz", "role": "admin"}
+    fake = FakeAnthropicAPI([tool_use("create_user", asked), text("done")])
+    agent = Agent(
+        name="ops", tools=[Tool(create_user, requires_approval=True)], client=fake.client()
+    )
+    run = asyncio.create_task(agent.run("Make bob."))
+    (wait,) = await approvals()
+    assert wait.request["input"]["password"] == "**********"
+    waits.approve(wait.id, input=dict(wait.request["input"], role="viewer"), by="ops")
+    result = await run
+    assert made == [{"name": "bob", "password": "Tr0ub4dor&3xyz", "role": "viewer"}]
+    assert "Tr0ub4dor&3xyz" not in json.dumps(result.tree.to_json())

@@ -11,6 +11,7 @@ import asyncio
 from collections.abc import Iterator
 from typing import Any
 
+import httpx2
 import pytest
 
 import groundswell
@@ -321,6 +322,56 @@ async def test_a_prompt_cancelled_while_its_batch_runs_ends_cancelled(
     assert fake.batches[0].processing_status == "in_progress"  # the batch itself goes on
     fake.batches.end()  # and its answer, when it comes, finds nobody waiting: nothing breaks
     await asyncio.sleep(0.02)
+
+
+async def test_a_prompt_cancelled_while_its_batch_is_created_leaves_nothing_polling() -> None:
+    fake = FakeAnthropicAPI(capitals, batch_polls=10**6)  # it would take 10**6 retrieves
+    creating = asyncio.Event()
+
+    async def slow_create(request: httpx2.Request) -> None:
+        if request.method == "POST" and request.url.path == "/v1/messages/batches":
+            creating.set()
+            await asyncio.sleep(0.1)  # a slow round trip to the API
+
+    http = httpx2.AsyncClient(transport=fake.transport(), event_hooks={"request": [slow_create]})
+    agent = Agent(name="geo", batch=True, client=fake.client(http_client=http))
+    asked = asyncio.create_task(agent.prompt("Capital of France?"))
+    await creating.wait()
+    asked.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asked
+    await asyncio.sleep(0.2)  # the batch is created meanwhile: dozens of polls' time
+    (batch,) = fake.batches
+    assert batch.processing_status == "in_progress" and batch.polls == 0  # nobody polls it
+    # A ticket for it, waited for afresh (as after a restart), is still polled and answered.
+    fake.batches.polls = 0
+    result = await wait_result(fake.client(), BatchTicket(batch.id, batch.custom_ids[0]))
+    assert result.type == "succeeded"
+
+
+async def test_a_client_without_message_batches_fails_the_prompt_naming_the_fix() -> None:
+    fake = FakeAnthropicAPI(capitals)
+
+    class Messages:
+        def __init__(self, inner: Any) -> None:
+            self._inner = inner
+
+        async def create(self, **params: Any) -> Any:
+            return await self._inner.create(**params)
+
+    class Wrapped:
+        """A client wrapper (e.g. one that logs) passing only ``messages.create`` through."""
+
+        max_retries = 0
+
+        def __init__(self, inner: Any) -> None:
+            self.messages = Messages(inner.messages)
+
+    agent = Agent(name="geo", batch=True, client=Wrapped(fake.client()))
+    with pytest.raises(ModelAPIError, match=r"\(Wrapped\) has no messages\.batches") as failed:
+        await asyncio.wait_for(agent.prompt("Capital of France?"), 5)  # not a hang
+    assert isinstance(failed.value.__cause__, ConfigurationError)
+    assert len(fake.batches) == 0  # nothing was sent
 
 
 async def test_wait_result_needs_only_the_ticket_as_after_a_restart() -> None:

@@ -228,7 +228,7 @@ def test_every_query_is_logged_and_emitted(
     logged = [r.getMessage() for r in caplog.records if r.name == "groundswell.history.api"]
     assert len(logged) == 3
     assert "'status': 200" in logged[0] and "'count': 1" in logged[0]
-    assert "'status': 403" in logged[1] and "'caller': 'alice'" in logged[1]
+    assert "'status': 403" in logged[1] and "'caller': 'agent:alice'" in logged[1]
     events = [
         e.data["event"]
         for e in recording_sink.events

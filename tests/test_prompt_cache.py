@@ -16,7 +16,16 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import groundswell
-from groundswell import Agent, ModelAPIError, Prompt, PromptOverrides, WorkflowContext, workflow
+from groundswell import (
+    Agent,
+    Middleware,
+    ModelAPIError,
+    Prompt,
+    PromptOverrides,
+    PromptRun,
+    WorkflowContext,
+    workflow,
+)
 from groundswell.testing import FakeAnthropicAPI, text, tool_use
 
 # Over the 1,024-token minimum of claude-sonnet-4-6 (the default model), about 1,300 tokens.
@@ -425,3 +434,44 @@ async def test_steps_and_workflows_sum_their_tokens_and_show_the_share_read_from
     assert steps[1].metrics["prompt_cache_share"] > 0.5  # read it back
     rendered = result.tree.render()
     assert "to cache)" in rendered and "% from cache" in rendered
+
+
+class _FourSystemMarks(Middleware):
+    """A user layer that puts the API's limit of breakpoints (four) on the system blocks."""
+
+    name = "four_system_marks"
+    order = 500
+
+    async def before_model(self, run: PromptRun, request: dict[str, Any]) -> dict[str, Any]:
+        request["system"] = [
+            {"type": "text", "text": f"part {i} " * 400, "cache_control": {"type": "ephemeral"}}
+            for i in range(4)
+        ]
+        return request
+
+
+async def test_automatic_caching_counts_the_markers_other_layers_add() -> None:
+    # Set after every before_model layer: a layer's four breakpoints leave no room for
+    # a fifth, so the request goes out without the top-level one (the API refuses five).
+    fake = FakeAnthropicAPI(lambda request: text("ok"))
+    agent = Agent(
+        name="a",
+        system="s",
+        prompt_cache=True,
+        middleware=[_FourSystemMarks()],
+        client=fake.client(),
+    )
+    assert await agent.prompt("hi") == "ok"
+    assert "cache_control" not in fake.requests[-1].body
+    assert len([b for b in fake.requests[-1].body["system"] if b.get("cache_control")]) == 4
+
+
+async def test_the_answer_cache_key_does_not_depend_on_automatic_prompt_caching() -> None:
+    from groundswell_lru import LRUCache
+
+    fake = FakeAnthropicAPI(lambda request: text("4"))
+    store, client = LRUCache(ttl=600), fake.client()
+    await Agent(name="judge", cache=store, client=client).prompt("2+2?")
+    second = await Agent(name="judge", cache=store, prompt_cache=True, client=client).run("2+2?")
+    assert second.node.metrics.get("cache") == "hit"
+    assert len(fake.requests) == 1

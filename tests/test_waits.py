@@ -452,3 +452,36 @@ async def test_a_workflow_s_engine_takes_the_waiting_over_when_it_can() -> None:
         execution._reset_engines()
     assert result.output == "go"
     assert engine.waited == ["question question in on-engine"]
+
+
+class _Login(BaseModel):
+    username: str
+    password: str
+
+
+async def test_a_forms_secret_named_fields_are_shown_and_its_secret_answers_are_masked() -> None:
+    @workflow(name="login")
+    async def login(ctx: WorkflowContext) -> str:
+        creds = await ctx.ask("Log-in for staging?", _Login)
+        return creds.username
+
+    run = asyncio.create_task(login.run())
+    wait = await opened()
+    # The schema is the code's: its "password" field is shown as a field to fill in.
+    assert wait.request["schema"]["properties"]["password"]["type"] == "string"
+    waits.answer(wait.id, {"username": "ada", "password": "hunter2-hunter2"})
+    result = await run
+    assert result.output == "ada"
+    (node,) = result.tree.find(type="wait")
+    assert node.payload["answer"] == {"username": "ada", "password": "**********"}
+
+
+async def test_a_text_answer_that_looks_like_json_is_taken_as_text() -> None:
+    @workflow(name="zip")
+    async def zip_code(ctx: WorkflowContext) -> str | None:
+        return await ctx.ask("Your ZIP code?", str | None)  # type: ignore[arg-type]
+
+    run = asyncio.create_task(zip_code.run())
+    wait = await opened()
+    waits.answer(wait.id, "12345")  # what `groundswell answer ID --text 12345` sends
+    assert (await run).output == "12345"

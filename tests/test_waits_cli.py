@@ -152,7 +152,7 @@ async def test_the_commands_list_and_decide_waits(
 
     assert await cli("approve", alices.id, "--input", '{"path": "y.txt"}', "--by", "ana") == 0
     assert capsys.readouterr().out.strip() == (
-        f'approved wait {alices.id} (delete_file {{"path":"alice.txt"}}), by ana'
+        f'approved wait {alices.id} (delete_file {{"path":"alice.txt"}}), by operator:ada for ana'
     )
     assert await cli("reject", bobs.id, "--reason", "no mail on Sundays") == 0
     assert capsys.readouterr().out.startswith(f"rejected wait {bobs.id} (send_mail")
@@ -166,7 +166,7 @@ async def test_the_commands_list_and_decide_waits(
     assert await cli("answer", question.id, "--text", "five") == 2
     assert "does not fit" in capsys.readouterr().err
     assert await cli("approve", alices.id) == 2
-    assert "is closed already (approved by ana)" in capsys.readouterr().err
+    assert "is closed already (approved by operator:ada for ana)" in capsys.readouterr().err
     assert await cli("answer", question.id, "--json", '{"version": "5", "notes": "cli"}') == 0
     assert capsys.readouterr().out.startswith(f"answered wait {question.id}")
 
@@ -187,6 +187,35 @@ async def test_the_commands_list_and_decide_waits(
     assert "no waits backend answers ftp://" in capsys.readouterr().err
     assert await cli("pending", "--url", f"http://127.0.0.1:{free_port()}") == 2
     assert "start groundswell_history.serving() there" in capsys.readouterr().err
+
+
+async def test_credentials_in_the_server_url_never_reach_the_messages(
+    url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    password, key = "Sup3rS3cretPassw0rd", "sk-ant-api03-" + "a" * 40
+    port = free_port()
+    assert await cli("pending", "--url", f"http://admin:{password}@127.0.0.1:{port}/") == 2
+    err = capsys.readouterr().err
+    assert "cannot reach a waits server at http://admin:" in err and password not in err
+    monkeypatch.setenv("GROUNDSWELL_SERVE_URL", f"http://127.0.0.1:{port}/?api_key={key}")
+    assert await cli("pending") == 2
+    err = capsys.readouterr().err
+    assert f"127.0.0.1:{port}/?api_key=" in err and key not in err
+    assert await cli("pending", "--url", f"admin:{password}@127.0.0.1:{port}") == 2  # no scheme
+    err = capsys.readouterr().err
+    assert "with its scheme" in err and f"@127.0.0.1:{port}" in err and password not in err
+    # A server that refuses: the message and the error's url are masked alike.
+    with_password = url.replace("http://", f"http://admin:{password}@")
+    with HTTPWaits(with_password) as client, pytest.raises(WaitsServerError) as refused:
+        await asyncio.to_thread(client.pending)
+    assert refused.value.status == 401 and "refused the request" in str(refused.value)
+    assert password not in str(refused.value) and password not in refused.value.url
+    # A plugin's scheme too: what the command prints masks it.
+    monkeypatch.setattr(waits_client, "_schemes", dict(waits_client._schemes))  # undone after
+    register_scheme("inproc", InProcess)
+    assert await cli("pending", "--url", f"inproc://admin:{password}@here") == 0
+    out = capsys.readouterr().out
+    assert out.startswith("no open waits at inproc://admin:") and password not in out
 
 
 async def test_the_commands_run_as_a_process_against_a_mounted_app(tmp_path: Path) -> None:

@@ -140,14 +140,15 @@ async def test_a_question_is_listed_and_answered_over_http_and_the_run_gets_the_
         "input": None,
         "reason": None,
         "value": {"version": "2.1", "notes": "faster"},
-        "by": "grace",
+        "by": "operator:ada for grace",
         "at": None,
     }
     assert good.json()["wait"]["id"] == wait.id
     result = await run
     assert result.output == "released billing 2.1: faster"
     node = result.tree.find(type="wait")[0]
-    assert node.payload["answered_by"] == "grace" and node.payload["decision"] == "answer"
+    assert node.payload["answered_by"] == "operator:ada for grace"
+    assert node.payload["decision"] == "answer"
     # The request for a decision reached the sinks, and so did the answer.
     opened = [
         e
@@ -156,7 +157,7 @@ async def test_a_question_is_listed_and_answered_over_http_and_the_run_gets_the_
     ]
     assert [e.data["event"]["wait_id"] for e in opened] == [wait.id]
     ended = [e for e in recording_sink.events if e.kind == "node_end" and e.node.id == node.id]
-    assert ended and ended[0].node.payload["answered_by"] == "grace"
+    assert ended and ended[0].node.payload["answered_by"] == "operator:ada for grace"
 
 
 async def test_agent_tokens_see_and_decide_only_their_agents_waits(
@@ -198,12 +199,12 @@ async def test_agent_tokens_see_and_decide_only_their_agents_waits(
         assert "send_mail" not in refused.text
     assert len(groundswell.waits.pending()) == 3
 
-    # An agent's token decides its own agent's wait; by defaults to the token's name.
+    # An agent's token decides its own agent's wait, recorded under the token's name.
     ok = await http.post(
         f"/api/waits/{alices.id}/approve", json={"input": {"path": "x"}}, headers=ALICE
     )
     assert ok.status_code == 200, ok.text
-    assert ok.json()["decision"]["by"] == "alice" and ok.json()["wait"]["agent"] == "alice"
+    assert ok.json()["decision"]["by"] == "agent:alice" and ok.json()["wait"]["agent"] == "alice"
     rejected = await http.post(
         f"/api/waits/{bobs.id}/reject", json={"reason": "not today"}, headers=ADA
     )
@@ -227,6 +228,45 @@ async def test_agent_tokens_see_and_decide_only_their_agents_waits(
         {"kind": "reject", "input": None, "reason": "not today"},
         "released billing 3: n",
     ]
+
+
+async def test_the_token_names_who_decided_and_by_only_says_for_whom(
+    http: httpx2.AsyncClient,
+) -> None:
+    """A body's ``by`` cannot pass a decision off as someone else's, and an agent named
+    like an operator is still an agent: its token sees no operator's waits."""
+    impostor = bearer(issue_token("operator:ada", SECRET))
+    runs = [
+        asyncio.create_task(gated.run("alice", "delete_file")),
+        asyncio.create_task(gated.run("operator:ada", "drop_table")),
+        asyncio.create_task(release.run("billing")),
+    ]
+    await open_waits(3)
+    (alices,) = await open_waits(1, agent="alice")
+    (its_own,) = await open_waits(1, agent="operator:ada")
+    (question,) = await open_waits(1, kind="question")
+
+    seen = await http.get("/api/waits", headers=impostor)
+    assert [w["id"] for w in seen.json()["waits"]] == [its_own.id]
+    refused = await http.post(
+        f"/api/waits/{question.id}/answer", json={"value": "x"}, headers=impostor
+    )
+    assert refused.status_code == 404
+
+    spoofed = await http.post(
+        f"/api/waits/{alices.id}/approve", json={"by": "operator:root"}, headers=ALICE
+    )
+    assert spoofed.json()["decision"]["by"] == "agent:alice for operator:root"
+    own = await http.post(f"/api/waits/{its_own.id}/approve", headers=impostor)
+    assert own.json()["decision"]["by"] == "agent:operator:ada"
+    await http.post(
+        f"/api/waits/{question.id}/answer",
+        json={"value": {"version": "1", "notes": "n"}},
+        headers=ADA,
+    )
+    results = [await r for r in runs]
+    answered_by = [r.tree.find(type="wait")[0].payload["answered_by"] for r in results]
+    assert answered_by == ["agent:alice for operator:root", "agent:operator:ada", "operator:ada"]
 
 
 @pytest.mark.parametrize("method", ["GET", "POST"])
@@ -292,7 +332,7 @@ async def test_unknown_closed_and_unfitting_decisions(http: httpx2.AsyncClient) 
     assert (await post(f"/api/waits/{approval.id}/approve", headers=ALICE)).status_code == 200
     again = await post(f"/api/waits/{approval.id}/reject", {"reason": "late"}, headers=ALICE)
     assert again.status_code == 409, again.text
-    assert again.json()["closed"] == "approved by alice"
+    assert again.json()["closed"] == "approved by agent:alice"
     # ...but never to another agent's token, which cannot tell it was ever there.
     other = await post(f"/api/waits/{approval.id}/approve", headers=BOB)
     assert other.status_code == 404 and "approved" not in other.text
@@ -318,10 +358,10 @@ async def test_the_python_client_mirrors_groundswell_waits(server: str) -> None:
         answered = await asyncio.to_thread(
             lambda: client.answer(wait.id, {"version": "4", "notes": "n"}, by="lin")
         )
-        assert answered.wait == wait and answered.decision.by == "lin"
+        assert answered.wait == wait and answered.decision.by == "operator:ada for lin"
         with pytest.raises(WaitClosed) as closed:
             await asyncio.to_thread(client.answer, wait.id, "again")
-        assert closed.value.closed == "answered by lin"
+        assert closed.value.closed == "answered by operator:ada for lin"
     assert (await run).output == "released docs 4: n"
 
     with HTTPWaits(server) as anonymous, pytest.raises(WaitsServerError) as refused:

@@ -216,6 +216,9 @@ class Agent(Generic[DepsT]):
         check_client(client, owner)
         check_elicitation_handler(on_elicitation, owner)
         #: The settings every prompt starts from, by API name (and Groundswell's own).
+        #: Read-only: the agent works out once which middleware its settings need
+        #: (`Middleware.per_agent`); change them per call (``PromptOverrides``) or
+        #: for a scope (``agent.override(...)``).
         self.config: dict[str, Any] = {
             **request_fields,
             **own_settings,

@@ -2,7 +2,8 @@
 
 Three named steps over one `PromptRun`: `attempt` starts the prompt node and
 the conversation, `turns` sends model turns until the model answers, and
-`tool_call` runs one tool the model asked for. Every feature reaches them only
+`tool_call` (in `groundswell.agent.tool_calls`) runs one tool the model asked
+for. Every feature reaches them only
 through the layers of `groundswell.agent.middleware`; nothing here knows of
 caches, reflection, budgets or hooks.
 """
@@ -16,24 +17,22 @@ from typing import Any
 from .._serialize import MAX_ITEMS as _MAX_ITEMS
 from .._serialize import jsonable, jsonable_text
 from ..api_retries import DEFAULT_MAX_RETRY_WAIT
+from ..cache_markers import auto_cache
 from ..errors import (
     ConfigurationError,
     GroundswellError,
     MaxTurnsExceeded,
     PluginError,
     ResponseValidationError,
-    ToolError,
 )
 from ..model import api_error, call_model, is_retryable_stream_error
 from ..node import own_metrics
 from ..pricing import cache_share, charge
 from ..run_context import Frame, current_frame, enter_frame, reset_frame, set_frame
-from ..tools import ToolContext, ToolFailed, is_interrupt, tool_error_text, tool_result_content
 from ..tree import NodeStatus, NodeType
 from .middleware import Layer, Layers
 from .replies import (
     PLAIN,
-    bad_tool_input,
     continue_after_cut,
     cut_call,
     is_final,
@@ -41,7 +40,8 @@ from .replies import (
     reply_problem,
     stopped,
 )
-from .run import PromptResult, PromptRun, StreamEvent, ToolCall
+from .run import PromptResult, PromptRun, StreamEvent
+from .tool_calls import tool_call
 
 __all__ = ["MID_STREAM_RETRIES", "is_final", "run_prompt"]
 
@@ -224,6 +224,12 @@ async def _turns(run: PromptRun, layers: Layers) -> PromptResult[Any]:
     """Model turns until the model answers; its answer parsed and validated."""
     tree, node, messages = run.tree, run.node, run.messages
     max_turns = run.settings["max_turns"]
+    # Automatic prompt caching (`prompt_cache` True, "5m" or "1h") is one field, added
+    # after every before_model layer (so their markers are counted), with no layer of
+    # its own; the request a cache key is made from (`run.request()`) never holds it.
+    auto = run.settings.get("prompt_cache")
+    if not (auto is True or auto == "5m" or auto == "1h"):
+        auto = None
     why = "check the tools it keeps calling"
     for turn in range(1, max_turns + 1):
         request = run.request()
@@ -236,6 +242,8 @@ async def _turns(run: PromptRun, layers: Layers) -> PromptResult[Any]:
                 raise
             if type(request) is not dict:
                 raise _broken(layer, "before_model", request, "the request dict it was given")
+        if auto is not None:  # automatic prompt caching: one top-level field, set last
+            auto_cache(request, auto)
         text: str | None = None
         if layers.model:
             message = await _model_layers(layers.model, 0, run, request)
@@ -472,110 +480,6 @@ async def _model_turn(run: PromptRun, params: dict[str, Any]) -> tuple[Any, list
                 raise stopped_by
         tree.end_node(node, NodeStatus.COMPLETED)
         return message, content, text
-
-
-async def tool_call(run: PromptRun, layers: Layers, block: dict[str, Any]) -> dict[str, Any]:
-    """Run one tool call as a ``tool_call`` (or ``mcp_call``) node; returns its ``tool_result``."""
-    tree = run.tree
-    name, call_id, given = block["name"], block["id"], block.get("input")
-    # Input that is not an object (the SDK does not check) reaches no tool: see below.
-    tool_input = dict(given) if isinstance(given, dict) else {}
-    handler = run.tools.get(name)
-    kind = handler.node_type if handler is not None else NodeType.TOOL_CALL
-    payload: dict[str, Any] = {"tool_use_id": call_id, "input": tool_input}
-    refused: ToolFailed | None = None
-    if given is not None and not isinstance(given, dict):
-        payload["input"] = given
-        refused = ToolFailed(bad_tool_input(name, given))
-    toolset = getattr(handler, "toolset", None)
-    if toolset is not None:
-        payload["toolset"] = toolset
-    mcp = getattr(handler, "mcp", None)  # an MCP tool's server, own name, transport (for sinks)
-    if mcp:
-        payload["mcp"] = mcp
-    node = tree.start_node(kind, name, run.node, payload=payload)
-    token = enter_frame(tree, node, run.workflow, run.agent)
-    run.emit(StreamEvent("tool_call", tool_call={"id": call_id, "name": name, "input": tool_input}))
-    call = ToolCall(name=name, input=tool_input, id=call_id, node=node, tool=handler)
-    error: BaseException | None = None
-    try:
-        if refused is not None:  # an error result for the model; the tool never runs
-            raise refused
-        if layers.tool:
-            content: Any = tool_result_content(await _tool_layers(layers.tool, 0, run, call))
-        else:
-            content = tool_result_content(await _run_tool(run, call))
-    except asyncio.CancelledError as exc:
-        if _run_cancelled():
-            tree.end_node(node, NodeStatus.CANCELLED)
-            raise
-        # The tool's own cancellation (say, of something it awaited): a tool error.
-        content, error = tool_error_text(exc), exc
-    except BaseException as exc:  # the tool or a middleware around it; SystemExit too
-        if is_interrupt(exc):  # a real Ctrl-C (not a tool's own KeyboardInterrupt): stop
-            tree.end_node(node, NodeStatus.CANCELLED)
-            raise
-        content = tool_error_text(exc)
-        error = ToolError(content) if isinstance(exc, ToolFailed) else exc
-    finally:
-        reset_frame(token)
-    is_error = error is not None
-    node.payload["is_error"] = is_error
-    tree.end_node(
-        node,
-        NodeStatus.FAILED if is_error else NodeStatus.COMPLETED,
-        error=error,
-        output=content,
-        record_output=True,
-    )
-    result = {"type": "tool_result", "tool_use_id": call_id, "content": content}
-    if is_error:
-        result["is_error"] = True
-    run.emit(
-        StreamEvent(
-            "tool_result",
-            tool_result={
-                "tool_use_id": call_id,
-                "name": name,
-                "content": content,
-                "is_error": is_error,
-            },
-        )
-    )
-    return result
-
-
-def _run_cancelled() -> bool:
-    """True when the task running the prompt is being cancelled (not just a tool's await)."""
-    task = asyncio.current_task()
-    return task is None or task.cancelling() > 0
-
-
-async def _tool_layers(chain: tuple[Layer, ...], i: int, run: PromptRun, call: ToolCall) -> Any:
-    if i == len(chain):
-        return await _run_tool(run, call)
-    layer = chain[i]
-
-    async def call_next(changed: ToolCall) -> Any:
-        return await _tool_layers(chain, i + 1, run, changed)
-
-    return await layer.middleware.wrap_tool_call(run, call, call_next)
-
-
-async def _run_tool(run: PromptRun, call: ToolCall) -> Any:
-    handler = call.tool if call.tool is not None else run.tools.get(call.name)
-    if handler is None:
-        raise ToolError(
-            f"no local handler for tool {call.name!r} (available: {sorted(run.tools.handlers)})"
-        )
-    context = ToolContext(
-        agent=run.agent.name,
-        tool_use_id=call.id,
-        env=run.settings.get("env") or {},
-        node_id=call.node.id,
-        deps=run.deps,
-    )
-    return await handler.invoke(call.input, context)
 
 
 def _text_of(content: list[dict[str, Any]]) -> str:

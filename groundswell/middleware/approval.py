@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from .._serialize import jsonable
+from .._serialize import redact
 from ..agent import Middleware, PromptRun, ToolCall, ToolNext
 from ..approval import Approval, needs_approval
 from ..tools import ToolFailed
@@ -85,9 +85,36 @@ class ToolApproval(Middleware):
         payload["approval"] = "approved"
         if decision.input is not None:
             # The model's input stays as "input": the tree shows what was asked and what ran.
-            payload["approved_input"] = jsonable(decision.input)
-            call = dataclasses.replace(call, input=dict(decision.input))
+            edited = _unmasked(decision.input, redact(call.input), call.input)
+            payload["approved_input"] = redact(edited)
+            call = dataclasses.replace(call, input=dict(edited))
         return await call_next(call)
+
+
+def _unmasked(edited: Any, shown: Any, original: Any) -> Any:
+    """``edited`` (the input a person approved) with each value they left as shown to
+    them (a secret masked, a long string cut) put back as the model gave it.
+
+    A person edits the input as `pending` listed it, secrets masked; a value they did
+    not change must reach the tool as it was, not as ``**********``.
+    """
+    if edited == shown and shown != original:
+        return original
+    if isinstance(edited, dict) and isinstance(shown, dict) and isinstance(original, dict):
+        return {
+            key: _unmasked(value, shown[key], original[key])
+            if key in shown and key in original
+            else value
+            for key, value in edited.items()
+        }
+    if (
+        isinstance(edited, list)
+        and isinstance(shown, list)
+        and isinstance(original, list)
+        and len(edited) == len(shown) == len(original)
+    ):
+        return [_unmasked(e, s, o) for e, s, o in zip(edited, shown, original, strict=True)]
+    return edited
 
 
 def _rejected(tool: str, decision: Decision) -> str:

@@ -7,8 +7,9 @@ a write of ``P`` tokens costs ``0.25 P`` extra and each later read saves
 
 - ``False``: nothing is added.
 - ``True``, ``"5m"``, ``"1h"``: automatic caching (a top-level
-  ``cache_control``) on every turn, set by the request builder
-  (`groundswell.cache_markers.auto_cache`): this layer then sits the prompt out.
+  ``cache_control``) on every turn, set by the agent loop after every
+  ``before_model`` layer (`groundswell.cache_markers.auto_cache`): this layer
+  then sits the prompt out.
 - a list of places (``"system"``, ``"tools"``, ``"messages"``): explicit
   breakpoints at the end of each.
 - ``None`` (the default): automatic caching from the third turn of a tool
@@ -269,7 +270,7 @@ class PromptCache(Middleware):
     def active(self, run: PromptRun) -> bool:
         setting = run.settings.get("prompt_cache")
         if setting is not None:
-            # Automatic caching is one top-level field: the request builder sets it
+            # Automatic caching is one top-level field: the agent loop sets it
             # (`groundswell.cache_markers.auto_cache`), with no layer to run per turn.
             return not (setting is False or setting is True or setting in _AUTOMATIC)
         # The default can only act on a continued conversation, a tool loop or a

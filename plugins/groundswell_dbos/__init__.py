@@ -7,11 +7,16 @@ async def nightly(ctx, day: str) -> dict: ...
 await nightly.run("2026-11-23")               # each step checkpointed
 results = await groundswell_dbos.recover()    # in a new process, after a crash
 await ctx.spawn_workflow(report, region, queue="reports")   # on a worker
+run = await groundswell_dbos.start(nightly, "2026-11-24")   # returns at once
+await run.waiting()                           # once it waits for a person
+await groundswell.waits.approve(wait_id)      # from any process configured here
 ```
 
 Workers: ``groundswell worker --queue reports``. Settings come from DBOS:
 ``groundswell_dbos.configure(system_database_url=...)`` or
-``DBOS_SYSTEM_DATABASE_URL`` (default: SQLite in ``~/.groundswell``).
+``DBOS_SYSTEM_DATABASE_URL`` (default: SQLite in ``~/.groundswell``). The waits
+of durable runs are also reached with ``groundswell pending --url
+postgresql://...`` (and ``approve``, ``reject``, ``answer``).
 Needs ``pip install "groundswell[durable]"``.
 """
 
@@ -26,11 +31,25 @@ from groundswell import (
     ConfigurationError,
     ExecutionBackend,
     GroundswellError,
+    Workflow,
     WorkflowResult,
     hookimpl,
 )
+from groundswell.waits import Wait
 
-__all__ = ["CheckpointError", "StepFailed", "cancel", "configure", "executor_id", "recover"]
+from ._handle import DurableRun
+
+__all__ = [
+    "CheckpointError",
+    "DurableRun",
+    "StepFailed",
+    "cancel",
+    "configure",
+    "executor_id",
+    "pending",
+    "recover",
+    "start",
+]
 
 _INSTALL = 'durable runs need DBOS: pip install "groundswell[durable]"'
 
@@ -79,8 +98,32 @@ def register_execution_backends() -> ExecutionBackend:
     )
 
 
+#: The URL schemes of DBOS system databases: ``groundswell pending --url`` reaches the
+#: waits of durable runs there.
+WAITS_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg", "sqlite")
+
+
+def _waits_at(url: str, token: str | None) -> Any:
+    _require_dbos()
+    from ._remote import DBOSWaits
+
+    return DBOSWaits(url, token)
+
+
+def _register_waits() -> None:
+    """Answer ``groundswell pending --url postgresql://...`` and its siblings from DBOS."""
+    try:
+        from groundswell.waits_client import register_scheme
+    except ImportError:  # a kernel without the waits client
+        return
+    for scheme in WAITS_SCHEMES:
+        register_scheme(scheme, _waits_at)
+
+
 @hookimpl
 def register_cli_commands() -> CliCommand:
+    _register_waits()
+
     def setup(parser: Any) -> None:
         from .cli import add_arguments
 
@@ -103,9 +146,15 @@ def configure(**config: Any) -> None:
     imports a module that calls this.
     """
     _require_dbos()
+    from groundswell.execution import get_engine
+
     from . import _engine, _runtime  # noqa: F401 - importing _engine registers the workflow
 
     _runtime.configure(**config)
+    # The engine from now on: groundswell.waits.approve(...) for a wait of another
+    # process reaches durable runs through it.
+    get_engine("dbos")
+    _register_waits()
 
 
 def executor_id() -> str:
@@ -145,6 +194,39 @@ async def cancel(run_id: str) -> None:
         await DBOS.cancel_workflows_async([run_id, *(c.workflow_id for c in children)])
 
     await outside(cancel_all())
+
+
+async def start(
+    workflow: Workflow[..., Any], *args: Any, workflow_id: str | None = None, **kwargs: Any
+) -> DurableRun:
+    """Start a durable run of ``workflow`` here, and return a `DurableRun` at once.
+
+    The run goes on in this process; ``await run.waiting()`` returns its open
+    waits once it waits for a person, after which a script may leave: the run
+    stays pending, and a worker or ``recover()`` resumes it (a decision sent
+    meanwhile is kept for it). ``await run.result()`` waits for it here.
+    ``workflow_id`` chooses the run's id, as in ``run_with_id``.
+    """
+    _require_dbos()
+    from ._handle import start as started
+
+    return await started(workflow, *args, workflow_id=workflow_id, **kwargs)
+
+
+async def pending(
+    *, kind: str | None = None, agent: str | None = None, run_id: str | None = None
+) -> list[Wait]:
+    """The open waits of every durable run in the system database, oldest first.
+
+    Runs publish their waits in the database, so every process sees the same
+    list; ``kind``, ``agent`` and ``run_id`` (a run's workflow id) filter it.
+    Decide one with ``groundswell.waits.approve`` (``reject``, ``answer``) from
+    any process that called `configure`.
+    """
+    _require_dbos()
+    from ._remote import pending as listed
+
+    return await listed(kind=kind, agent=agent, run_id=run_id)
 
 
 async def recover(

@@ -2,18 +2,23 @@
 
 Every durable Groundswell run is one DBOS workflow, ``groundswell.run``, whose
 input names the Groundswell workflow to run (module and attribute) and its
-arguments. Inside it, each ``ctx.step`` is a DBOS step named for its stable key
-(see ``_keys``), whose checkpoint holds the step's output *and* the subtree it
-built, so a recovered run rebuilds the whole tree without running finished
-steps (or their model calls) again. A queued child's DBOS workflow id is its
-parent's id and its key.
+arguments. Inside it, each ``ctx.step`` is checkpointed as a DBOS step named
+for its stable key (see ``_keys``), holding the step's output *and* the
+subtree it built, so a recovered run rebuilds the whole tree without running
+finished steps (or their model calls) again. A step's body runs in the
+workflow itself, as a scope, and is recorded when it ends: so what happens
+inside it (a tool call checkpointed on its own by `DBOSEngine.once`, a wait
+for a person receiving DBOS messages, ``_waits``) is workflow code, as DBOS
+requires. A queued child's DBOS workflow id is its parent's id and its key.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import dataclasses
+import hashlib
 import logging
 import os
 from collections.abc import Awaitable, Callable
@@ -35,8 +40,9 @@ from groundswell import (
     current_tree,
     redact,
 )
+from groundswell.waits import Answered, Decision, Wait, WaitOpening
 
-from . import CheckpointError, _runtime
+from . import CheckpointError, _runtime, _waits
 from ._checkpoint import StepFailure, check_arguments, check_checkpointable
 from ._keys import Run, branch_here, current_run, op_key, outside, root_branch
 from ._targets import resolve, target_of
@@ -48,6 +54,10 @@ WORKFLOW_NAME = "groundswell.run"
 
 _live: contextvars.ContextVar[WorkflowCall | None] = contextvars.ContextVar(
     "groundswell_dbos_live", default=None
+)
+# Set inside a step's body: a step nested in it is part of it (its checkpoint holds it).
+_in_step: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "groundswell_dbos_in_step", default=False
 )
 
 
@@ -252,9 +262,12 @@ def _rebind(value: Any, tree: EventTree) -> Any:
     return value
 
 
-def _replay_step(tree: EventTree, node: EventNode, recorded: dict[str, Any]) -> Any:
-    """A step that finished before: its subtree and output (or error) from its checkpoint."""
-    what = f"step {node.name!r}"
+def _replay_step(
+    tree: EventTree, node: EventNode, recorded: dict[str, Any], what: str | None = None
+) -> Any:
+    """A step (or a tool call) that finished before: its subtree and output (or error)
+    from its checkpoint."""
+    what = what or f"step {node.name!r}"
     error, output = recorded["error"], recorded["output"]
     if error is not None and not isinstance(error, StepFailure):
         raise _unreadable(what, error)
@@ -356,46 +369,61 @@ class DBOSEngine:
     async def run_step(
         self, ctx: WorkflowContext, node: EventNode, call: Callable[[], Awaitable[Any]]
     ) -> Any:
-        if DBOS.workflow_id is None or DBOS.step_id is not None:
-            return await call()  # not in a durable run, or inside a step already
+        if DBOS.workflow_id is None or DBOS.step_id is not None or _in_step.get():
+            # Not in a durable run, or inside a step already, whose checkpoint holds this one.
+            return await call()
         keyed = op_key(node.name)
         assert keyed is not None
         run, key = keyed
-        tree = ctx.event_tree
         recorded = run.recorded.pop(key, None)
         if recorded is not None:
-            return _replay_step(tree, node, recorded)
-        original: BaseException | None = None
-
-        def children() -> list[dict[str, Any]]:
-            return [tree.to_json(start=c.id) for c in node.children]
-
-        async def body() -> dict[str, Any]:
-            nonlocal original
-            token = branch_here(run, key)
-            try:
-                output = await call()
-                # Checked here, so the failure is checkpointed like any other (and
-                # DBOS never logs a value it could not serialize). Children are JSON.
-                check_checkpointable(output, f"the output of step {node.name!r}")
-            except Exception as exc:
-                original = exc
-                raise StepFailure(exc, children()) from None
-            finally:
-                _branch_reset(token)
-            return {"output": output, "children": children()}
-
-        failed: BaseException | None = None
+            return _replay_step(ctx.event_tree, node, recorded)
+        token = _in_step.set(True)
         try:
-            record = await DBOS.run_step_async({"name": key}, body)
-        except StepFailure as failure:
-            # The live failure exactly as it happened (or, if DBOS replayed one,
-            # the checkpointed copy), raised below, outside this handler, so that
-            # Python chains nothing onto it and its own cause stays.
-            failed = original if original is not None else failure.error
-        if failed is not None:
-            raise failed
-        return record["output"]
+            return await _scope(run, key, ctx.event_tree, node, call, f"step {node.name!r}")
+        finally:
+            _in_step.reset(token)
+
+    async def once(
+        self,
+        ctx: WorkflowContext,
+        node: EventNode,
+        name: str,
+        fn: Callable[[str | None], Awaitable[Any]],
+        *,
+        checkpoint: bool = True,
+    ) -> Any:
+        """A tool call: checkpointed when it returns, replayed on recovery (`CheckpointingEngine`)."""
+        keyed = op_key(name) if DBOS.step_id is None else None
+        if keyed is None:  # not in a durable run, or inside an application's own DBOS step
+            return await fn(None)
+        run, key = keyed
+        idempotency_key = f"{run.workflow_id}:{hashlib.sha256(key.encode()).hexdigest()[:20]}"
+        if not checkpoint:
+            return await fn(idempotency_key)
+        tree = ctx.event_tree
+        what = f"{node.type.value} {node.name!r}"
+        recorded = run.recorded.pop(key, None)
+        if recorded is not None:
+            return _replay_step(tree, node, recorded, what)
+        return await _scope(
+            run, key, tree, node, lambda: fn(idempotency_key), what, len(node.children)
+        )
+
+    def opening(
+        self, ctx: WorkflowContext, kind: str, name: str, opening: WaitOpening
+    ) -> Awaitable[WaitOpening]:
+        return _waits.opening(ctx, name, opening)
+
+    def wait(
+        self, ctx: WorkflowContext, node: EventNode, wait: Wait, decision: Awaitable[Decision]
+    ) -> Awaitable[Decision]:
+        return _waits.wait(ctx, node, wait, decision)
+
+    async def decide(self, wait_id: str, decision: Decision) -> Answered | None:
+        from . import _remote
+
+        return await _remote.decide(wait_id, decision)
 
     async def spawn(
         self, ctx: WorkflowContext, node: EventNode, call: WorkflowCall, queue: str
@@ -427,6 +455,55 @@ class DBOSEngine:
         except DurableRunFailed as exc:
             raise _recorded_error(exc) from None
         return _recorded_result(record, f"queued run {child_id}").output
+
+
+async def _scope(
+    run: Run,
+    key: str,
+    tree: EventTree,
+    node: EventNode,
+    call: Callable[[], Awaitable[Any]],
+    what: str,
+    first: int = 0,
+) -> Any:
+    """Run ``call`` in the workflow, under the branch ``key``, and checkpoint what it gave.
+
+    Its output and the nodes it added under ``node`` (from index ``first``) go in
+    one DBOS step named ``key``; an exception goes there as a `StepFailure`, and
+    is raised as it was. Cancellation is not checkpointed: the work runs again.
+    """
+
+    def children() -> list[dict[str, Any]]:
+        return [tree.to_json(start=c.id) for c in node.children[first:]]
+
+    # Numbered when it starts, as DBOS numbers a step it runs itself: its tools list
+    # a run's steps in the order they started.
+    reservation = DBOS.reserve_step()
+    failed: Exception | None = None
+    token = branch_here(run, key)
+    try:
+        output = await call()
+        # Checked here, so the failure is checkpointed like any other (and DBOS
+        # never logs a value it could not serialize). Children are JSON.
+        check_checkpointable(output, f"the output of {what}")
+    except Exception as exc:
+        failed = exc
+    finally:
+        _branch_reset(token)
+    if failed is None:
+        record = {"output": output, "children": children()}
+        await reservation.run_async({"name": key}, lambda: record)
+        return output
+    failure = StepFailure(failed, children())
+
+    def fail() -> None:
+        raise failure
+
+    with contextlib.suppress(StepFailure):
+        await reservation.run_async({"name": key}, fail)
+    # Raised here, outside any handler, so that Python chains nothing onto it and
+    # its own cause stays.
+    raise failed
 
 
 ENGINE = DBOSEngine()

@@ -37,20 +37,35 @@ __all__ = [
 
 
 class Run:
-    """One execution of a durable run in this process: its recorded checkpoints by key."""
+    """One execution of a durable run in this process: its recorded checkpoints by key.
 
-    __slots__ = ("recorded", "workflow_id")
+    ``received`` holds the answers to waits that an earlier execution took from
+    DBOS's message queue, by wait id: DBOS records them by step number, which a
+    recovery does not keep (see `load`). ``waits`` is the waiting state of this
+    execution (``_waits``).
+    """
+
+    __slots__ = ("loaded", "received", "recorded", "waits", "workflow_id")
 
     def __init__(self, workflow_id: str) -> None:
         self.workflow_id = workflow_id
         self.recorded: dict[str, dict[str, Any]] = {}
+        self.received: dict[str, list[dict[str, Any]]] = {}
+        self.waits: Any = None
+        #: True when an earlier execution may have left checkpoints (`load` ran).
+        self.loaded = False
 
     async def load(self) -> None:
         """Read the checkpoints an earlier execution of this run left (recovery, a takeover)."""
+        self.loaded = True
         # Outside the workflow's DBOS context: inside it, DBOS would checkpoint the
         # listing itself, and a later recovery would read that stale copy.
         steps = await outside(DBOS.list_workflow_steps_async(self.workflow_id))
         self.recorded = {s["function_name"]: s for s in steps if "@" in s["function_name"]}
+        for step in sorted(steps, key=lambda s: s["function_id"]):
+            message = step["output"] if step["function_name"] == "DBOS.recv" else None
+            if isinstance(message, dict) and isinstance(message.get("wait"), str):
+                self.received.setdefault(message["wait"], []).append(message)
         highest = max((s["function_id"] for s in steps), default=0)
         if highest:
             # New steps must not take the numbers of recorded ones: draw (and leave

@@ -55,7 +55,8 @@ _By = Field(
     min_length=1,
     max_length=200,
     pattern=TEXT_PATTERN,
-    description="who decides (recorded on the wait's node); default: the token's name",
+    description="on whose behalf the token's holder decides: recorded on the wait's node as "
+    '"<token> for <by>" (the token always names who decided)',
 )
 
 
@@ -189,7 +190,8 @@ def add_wait_routes(app: FastAPI, gate: Gate) -> None:
                 f"no open wait {wait_id!r}{whose} (GET /api/waits lists the open ones)",
                 record,
             )
-        by = body.by or caller.label
+        # The token says who decided; a body can only add on whose behalf, never replace it.
+        by = caller.label if body.by is None else f"{caller.label} for {body.by}"
         try:
             if isinstance(body, ApproveBody):
                 answered = groundswell.waits.approve(wait_id, input=body.input, by=by)

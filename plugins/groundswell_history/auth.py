@@ -58,8 +58,12 @@ class Caller:
 
     @property
     def label(self) -> str:
-        """How logs name the caller."""
-        return f"operator:{self.name}" if self.operator else self.name
+        """How logs and decisions name the caller: ``agent:NAME`` or ``operator:NAME``.
+
+        The kind comes from the token's signed prefix, never from the name, so an
+        agent named ``operator:root`` is ``agent:operator:root``.
+        """
+        return f"{'operator' if self.operator else 'agent'}:{self.name}"
 
 
 def load_secret(*, create: bool = True) -> bytes:

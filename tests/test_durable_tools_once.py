@@ -1,0 +1,258 @@
+"""Tool calls in durable runs: checkpointed when the tool returns, not run again on recovery.
+
+A run's process is killed with SIGKILL right after a tool's checkpoint
+committed, ten times over, and recovered by a new process each time: every
+tool with a side effect ran once in all. A tool with ``checkpoint=False`` runs
+again on recovery, with the same idempotency key. Real processes, the real
+PostgreSQL and one fake Anthropic API on a loopback port, which holds back the
+model's next answer so that the test kills the process at a known point.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from groundswell import EventTree
+from groundswell.testing import (
+    FakeAnthropicAPI,
+    FunctionModel,
+    LoopbackServer,
+    MessagesRequest,
+    tool_use,
+)
+from groundswell.testing import text as reply_text
+
+from .test_durable import RECOVER, Project, database  # noqa: F401 - the fixture, used by name
+
+pytestmark = pytest.mark.slow
+
+FLOWS = """
+import json
+import os
+from pathlib import Path
+
+import anthropic
+
+import groundswell_dbos
+from groundswell import Agent, Tool, ToolContext, WorkflowContext, workflow
+
+groundswell_dbos.configure(system_database_url=os.environ["DBOS_SYSTEM_DATABASE_URL"])
+LOG = Path(os.environ["GS_TEST_LOG"])
+
+
+def note(tool: str, n: int, ctx: ToolContext) -> None:
+    line = {"tool": tool, "n": n, "key": ctx.idempotency_key, "pid": os.getpid()}
+    with LOG.open("a") as f:
+        f.write(json.dumps(line) + "\\n")
+
+
+def charge(n: int, ctx: ToolContext) -> str:
+    \"\"\"Charge the customer's card for payment n (a side effect).
+
+    Args:
+        n: Which payment.
+    \"\"\"
+    note("charge", n, ctx)
+    return f"charged payment {n}"
+
+
+def balance(n: int, ctx: ToolContext) -> str:
+    \"\"\"Read the balance after payment n (a cheap read).
+
+    Args:
+        n: Which payment.
+    \"\"\"
+    note("balance", n, ctx)
+    return f"balance after {n}: {100 - n}"
+
+
+payer = Agent(
+    name="payer",
+    tools=[charge, Tool(balance, checkpoint=False)],
+    max_turns=30,
+    client=anthropic.AsyncAnthropic(
+        api_key="test-key", base_url=os.environ["FAKE_URL"], max_retries=0
+    ),
+)
+
+
+@workflow(name="payments", durable=True)
+async def payments(ctx: WorkflowContext, tool: str, count: int) -> str:
+    return await ctx.step("pay", lambda: payer.prompt(f"Call {tool} {count} times"))
+"""
+
+# Runs (or joins) the run with this id and prints its output.
+RUN = """
+import asyncio, json, sys
+import flows
+
+async def main():
+    result = await flows.payments.run_with_id(sys.argv[1], *json.loads(sys.argv[2]))
+    print(json.dumps({"output": result.output}))
+
+asyncio.run(main())
+"""
+
+
+class Model:
+    """The model: calls the tool the prompt names as often as it says, one call a turn.
+
+    While ``hold`` is the number of tool results a request carries, its answer
+    waits: the process that asked stays right after that tool call.
+    """
+
+    def __init__(self) -> None:
+        self.changed = threading.Condition()
+        self.hold: int | None = None
+        self.held: list[int] = []
+
+    def set_hold(self, at: int | None) -> None:
+        with self.changed:
+            self.hold = at
+            self.changed.notify_all()
+
+    def __call__(self, request: MessagesRequest) -> Any:
+        words = request.messages[0]["content"].split()  # "Call charge 10 times"
+        tool, count = words[1], int(words[2])
+        results = request.tool_results()
+        with self.changed:
+            if self.hold == len(results):
+                self.held.append(len(results))
+                self.changed.wait_for(lambda: self.hold != len(results), timeout=120)
+        if len(results) < count:
+            return tool_use(tool, {"n": len(results) + 1})
+        return reply_text(f"done after {len(results)} calls: {results[-1]['content']}")
+
+
+@pytest.fixture
+def model() -> Iterator[Model]:
+    made = Model()
+    yield made
+    made.set_hold(None)  # lets a held answer go
+
+
+@pytest.fixture
+def fake(model: Model) -> Iterator[tuple[FakeAnthropicAPI, LoopbackServer]]:
+    api = FakeAnthropicAPI(FunctionModel(model))
+    with api.serve() as server:
+        yield api, server
+
+
+@pytest.fixture
+def project(
+    tmp_path: Path,
+    database: str,  # noqa: F811 - the fixture imported above
+    fake: tuple[FakeAnthropicAPI, LoopbackServer],
+    model: Model,
+) -> Iterator[Project]:
+    (tmp_path / "flows.py").write_text(FLOWS)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GROUNDSWELL_", "DBOS"))}
+    env.update(
+        DBOS_SYSTEM_DATABASE_URL=database,
+        FAKE_URL=fake[1].base_url,
+        GS_TEST_LOG=str(tmp_path / "tools.log"),
+        GROUNDSWELL_DBOS_TAKEOVER_GRACE_S="0.5",
+        GROUNDSWELL_HOME=str(tmp_path / "home"),
+        PYTHONUNBUFFERED="1",
+    )
+    made = Project(tmp_path, env)
+    yield made
+    model.set_hold(None)
+    for proc in made.procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=20)
+
+
+def checkpoints(url: str, run_id: str, tool: str) -> int:
+    """How many calls of ``tool`` the run ``run_id`` has checkpointed (committed rows)."""
+    with psycopg.connect(url) as conn:
+        tables = conn.execute("SELECT to_regclass('dbos.operation_outputs')").fetchone()
+        if not tables or tables[0] is None:  # DBOS has yet to create its tables
+            return 0
+        row = conn.execute(
+            "SELECT count(*) FROM dbos.operation_outputs "
+            "WHERE workflow_uuid = %s AND function_name LIKE %s",
+            (run_id, f"tool {tool} %"),
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def until(check: Any, what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def kill(proc: subprocess.Popen[str]) -> None:
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=10)
+
+
+def logged(project: Project) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in project.lines()]
+
+
+def test_a_run_killed_right_after_each_of_10_tool_calls_charges_each_payment_once(
+    project: Project, model: Model
+) -> None:
+    url = project.env["DBOS_SYSTEM_DATABASE_URL"]
+    for k in range(1, 11):
+        model.set_hold(k)  # the model's answer to the k-th tool result waits
+        if k == 1:
+            proc = project.start("-c", RUN, "pay-10", '["charge", 10]')
+        else:  # a new process finishes the dead one's run: calls 1 to k-1 come back
+            proc = project.start("-c", RECOVER)
+        until(lambda k=k: checkpoints(url, "pay-10", "charge") == k, f"charge {k} checkpointed")
+        kill(proc)  # right after the k-th call's checkpoint committed
+        assert [line["n"] for line in logged(project)] == list(range(1, k + 1))
+    model.set_hold(None)
+
+    (recovered,) = project.run("-c", RECOVER)
+
+    assert recovered["status"] == "completed"
+    assert recovered["output"] == "done after 10 calls: charged payment 10"
+    ran = logged(project)
+    # Ten runs of the process, ten payments, each charged once (by the process that
+    # was killed right after it).
+    assert Counter(line["n"] for line in ran) == Counter(range(1, 11))
+    assert len({line["pid"] for line in ran}) == 10
+    keys = [line["key"] for line in ran]
+    assert len(set(keys)) == 10 and all(key.startswith("pay-10:") for key in keys)
+    tree = EventTree.from_json(recovered["tree"])
+    calls = tree.find(type="tool_call")
+    assert len(calls) == 10
+    assert all(c.status.value == "completed" and c.metrics.get("recovered") for c in calls)
+    assert [c.payload["output"] for c in calls] == [f"charged payment {n}" for n in range(1, 11)]
+
+
+def test_a_tool_that_opts_out_of_checkpoints_runs_again_with_the_same_idempotency_key(
+    project: Project, model: Model
+) -> None:
+    model.set_hold(1)
+    proc = project.start("-c", RUN, "peek-1", '["balance", 1]')
+    until(lambda: model.held == [1], "the tool returned and the model was asked again")
+    kill(proc)
+    model.set_hold(None)
+
+    (recovered,) = project.run("-c", RECOVER)
+
+    assert recovered["output"] == "done after 1 calls: balance after 1: 99"
+    first, again = logged(project)
+    assert first["n"] == again["n"] == 1 and first["pid"] != again["pid"]  # it ran again
+    assert first["key"] == again["key"]  # and said so to the service it calls
+    assert first["key"].startswith("peek-1:")
+    assert checkpoints(project.env["DBOS_SYSTEM_DATABASE_URL"], "peek-1", "balance") == 0
