@@ -13,16 +13,20 @@ swapped for `_Batched`, whose ``messages.create`` sends the request in a batch.
 The node's ``payload["batch"]`` holds the batch's ``id`` and the request's
 ``custom_id`` (batches are billed at half the standard price), a
 ``batch_wait`` event says which batch it waits for, and
-``metrics["batch_wait_s"]`` how long it waited.
+``metrics["batch_wait_s"]`` how long it waited. In a durable run the ticket
+goes through the engine's ``once``: checkpointed once the batch exists, so a
+recovered run waits for that batch instead of sending the request again.
 """
 
 from __future__ import annotations
 
+import hashlib
 import time
 from typing import TYPE_CHECKING, Any, cast
 
+from .._canonical import canonical_bytes
 from ..agent import Middleware, ModelNext, PromptRun
-from ..batching import message_of, split_request, submit, wait_result
+from ..batching import BatchTicket, message_of, split_request, submit, wait_result
 from ..errors import ConfigurationError
 from ..node import own_metrics
 from ..tree import EventNode, NodeStatus, NodeType
@@ -96,13 +100,7 @@ class _Messages:
         body, headers = split_request(params)
         node = _call_node(run)
         started = time.monotonic()
-        ticket = await submit(
-            client,
-            body,
-            beta=self.beta,
-            headers=headers,
-            custom_id=node.id if node is not None else None,
-        )
+        ticket = await _ticket(run, node, client, body, headers, beta=self.beta)
         waiting = f"waiting for Message Batch {ticket.batch_id}"
         if node is not None:
             node.payload["batch"] = {"id": ticket.batch_id, "custom_id": ticket.custom_id}
@@ -116,6 +114,49 @@ class _Messages:
             if node is not None:
                 own_metrics(node)["batch_wait_s"] = round(time.monotonic() - started, 3)
         return message_of(result, client, ticket)
+
+
+async def _ticket(
+    run: PromptRun,
+    node: EventNode | None,
+    client: Any,
+    body: dict[str, Any],
+    headers: dict[str, str],
+    *,
+    beta: bool,
+) -> BatchTicket:
+    """Submit the request; in a durable run, through the engine's ``once``.
+
+    A durable engine checkpoints the ticket once the batch exists, so a
+    recovery that reaches this call again (the same request, at the same
+    place in the run) waits for the recorded batch instead of sending the
+    request again. Only the batch id, the ``custom_id`` and the namespace are
+    recorded: the headers may hold ``extra_headers`` secrets, and are the
+    request's own again on recovery.
+    """
+    custom_id = node.id if node is not None else None
+    workflow = run.workflow
+    once = getattr(workflow.engine, "once", None) if workflow is not None else None
+    if once is None or node is None:
+        return await submit(client, body, beta=beta, headers=headers, custom_id=custom_id)
+
+    async def send(_key: str | None) -> dict[str, Any]:
+        ticket = await submit(client, body, beta=beta, headers=headers, custom_id=custom_id)
+        return {"batch_id": ticket.batch_id, "custom_id": ticket.custom_id, "beta": ticket.beta}
+
+    # Keyed like a tool call: this agent, this request, at this place in the run. The
+    # node's id differs on every recovery, so it cannot name the operation.
+    digest = hashlib.sha256(canonical_bytes({"beta": beta, "body": body})).hexdigest()[:12]
+    recorded = await once(workflow, node, f"batch {run.agent.name} {digest}", send)
+    if not isinstance(recorded, dict) or not isinstance(recorded.get("batch_id"), str):
+        raise ConfigurationError(
+            f"agent {run.agent.name!r}: the checkpointed Message Batch ticket of this model "
+            f"call is not readable ({type(recorded).__name__}); run recovering processes "
+            "with the same Groundswell version that started the run"
+        )
+    return BatchTicket(
+        recorded["batch_id"], str(recorded["custom_id"]), bool(recorded["beta"]), headers
+    )
 
 
 def _call_node(run: PromptRun) -> EventNode | None:

@@ -15,7 +15,8 @@ replays a saved run. Each fake has an answer cache of its own, so no test
 gets an answer another test's fake gave (``share_cache=True`` shares). The
 pytest plugin installed with Groundswell provides the ``fake_anthropic``,
 ``fake_anthropic_server`` and ``fake_agents`` fixtures. ``auto_answer(...)``
-answers the waits for people (``ctx.ask``) that code under test opens.
+answers the waits for people (``ctx.ask``) that code under test opens;
+``auto_answer(from_trace=...)`` with the decisions a saved run recorded.
 """
 
 from ._auto_answer import AutoAnswer, auto_answer
@@ -36,6 +37,7 @@ from ._fake import (
     estimate_tokens,
     use_fake,
 )
+from ._recorded_waits import NoRecordedDecision
 from ._replay import Mismatch, ReplayModel
 from ._replies import (
     ErrorReply,
@@ -66,6 +68,7 @@ __all__ = [
     "LoopbackServer",
     "MessagesRequest",
     "Mismatch",
+    "NoRecordedDecision",
     "ProtocolViolation",
     "RawReply",
     "ReplayModel",

@@ -10,6 +10,7 @@ from typing import Any
 
 from ..errors import ConfigurationError
 from ..waits import Answerer, Decision, Wait, drop_answerer, use_answerer
+from ._recorded_waits import NoRecordedDecision, RecordedWaits
 
 __all__ = ["AutoAnswer", "auto_answer"]
 
@@ -18,7 +19,8 @@ class AutoAnswer:
     """Answers every wait opened while it is active (``with`` or ``async with``).
 
     Made by `auto_answer`; ``answered`` lists ``(wait, decision)`` for each
-    wait it answered, in order.
+    wait it answered, in order. With ``from_trace``, ``recorded`` holds the
+    trace's decisions (``recorded.remaining`` counts those not given yet).
     """
 
     def __init__(
@@ -27,7 +29,9 @@ class AutoAnswer:
         approve: bool | None,
         answers: Mapping[str, Any],
         by: str,
+        recorded: RecordedWaits | None = None,
     ) -> None:
+        self.recorded = recorded
         self.answerer = answerer
         self.approve = approve
         self.answers = dict(answers)
@@ -44,6 +48,10 @@ class AutoAnswer:
             reply = self._from_answers(wait)
         if reply is None and wait.kind == "approval" and self.approve is not None:
             reply = self.approve
+        if reply is None and self.recorded is not None:
+            # Fails the wait at once when the trace has no decision for it: the
+            # replay went another way, and nobody is there to answer.
+            reply = self.recorded.decide(wait)
         if reply is None:
             return None
         decision = self._decision(wait, reply)
@@ -82,6 +90,15 @@ class AutoAnswer:
         trace: TracebackType | None,
     ) -> None:
         drop_answerer(self._tokens.pop())
+        missing = self.recorded.missing if self.recorded is not None else []
+        if missing and not isinstance(error, NoRecordedDecision):
+            # The run may have gone on after the failed wait (a tool call's error is the
+            # model's to read): the test still fails, naming every wait the trace lacked.
+            raise NoRecordedDecision(
+                f"auto_answer(from_trace=...): {len(missing)} wait(s) opened in the replay had "
+                f"no recorded decision: {'; '.join(missing)}",
+                missing,
+            ) from error
 
     async def __aenter__(self) -> AutoAnswer:
         return self.__enter__()
@@ -102,6 +119,7 @@ def auto_answer(
     approve: bool | None = None,
     answers: Mapping[str, Any] | None = None,
     by: str = "auto_answer",
+    from_trace: Any = None,
 ) -> AutoAnswer:
     """Answer the waits (``ctx.ask`` questions, approvals) opened inside the block, at once.
 
@@ -120,7 +138,14 @@ def auto_answer(
       to pass;
     - ``answers``: the reply for a question's text, a tool's name, or a wait
       kind (``"question"``, ``"approval"``);
-    - ``approve``: ``True`` approves every approval, ``False`` rejects it.
+    - ``approve``: ``True`` approves every approval, ``False`` rejects it;
+    - ``from_trace``: a saved run (what ``FakeAnthropicAPI.from_trace``
+      takes: an ``EventTree``, its ``to_json()`` dict, a trace file or a
+      folder of them): each wait gets the decision recorded on the matching
+      ``wait`` node (same kind, same path in the tree, in the order they
+      opened), as the tree holds it (masked secrets stay masked). A wait the
+      trace has no decision for fails at once with `NoRecordedDecision`, and
+      the block raises it again when it ends.
 
     A wait no rule answers stays open (`groundswell.waits.pending` lists it);
     nested blocks ask the innermost first.
@@ -142,4 +167,5 @@ def auto_answer(
         )
     if not isinstance(by, str) or not by:
         raise ConfigurationError(f"auto_answer(by=...) names who answered, got {by!r}")
-    return AutoAnswer(answerer, approve, answers or {}, by)
+    recorded = RecordedWaits(from_trace) if from_trace is not None else None
+    return AutoAnswer(answerer, approve, answers or {}, by, recorded)

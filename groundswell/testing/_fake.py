@@ -131,13 +131,13 @@ class FakeAnthropicAPI:
 
     @classmethod
     def from_trace(
-        cls, trace: str | os.PathLike[str] | EventTree, *, strict: bool = True
+        cls, trace: str | os.PathLike[str] | EventTree | dict[str, Any], *, strict: bool = True
     ) -> FakeAnthropicAPI:
         """A fake that answers each model request with the reply a saved run recorded.
 
         ``trace`` is a trace file (``tree.save(path)``, ``groundswell run ...
-        --save path``), a directory of them (``GROUNDSWELL_TRACE_DIR``), or an
-        ``EventTree``. Each request is matched to the recorded prompt it
+        --save path``), a directory of them (``GROUNDSWELL_TRACE_DIR``), an
+        ``EventTree`` or its ``to_json()`` dict. Each request is matched to the recorded prompt it
         continues (by user text and turn) and compared with it: model, tools,
         system prompt, user text, sampling settings and the tool results sent.
         With ``strict`` (the default) a request that differs is answered with a

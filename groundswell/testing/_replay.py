@@ -11,6 +11,7 @@ recorded reply. A request that differs gets a readable list of what changed.
 from __future__ import annotations
 
 import difflib
+import json
 import os
 import threading
 from collections.abc import Iterable
@@ -20,7 +21,7 @@ from typing import Any
 
 from ._replies import Answer, MessagesRequest, Reply, error
 
-__all__ = ["Mismatch", "RecordedTurn", "ReplayModel"]
+__all__ = ["Mismatch", "RecordedTurn", "ReplayModel", "load_trees"]
 
 # Request fields compared as they were recorded (model_call payload "request").
 _SAMPLING = ("temperature", "top_p", "top_k")
@@ -90,36 +91,13 @@ class ReplayModel:
 
         ``source`` is a trace file (a JSONL event log; several runs are read in
         order), a directory of them (``GROUNDSWELL_TRACE_DIR``, read in name
-        order), or an ``EventTree`` (``result.tree``).
+        order), an ``EventTree`` (``result.tree``) or its ``to_json()`` dict.
         """
-        from ..tree import EventTree
-
-        trees: list[tuple[EventTree, str]]
-        if isinstance(source, EventTree):
-            trees = [(source, "the given tree")]
-        elif isinstance(source, str | os.PathLike):
-            path = Path(source)
-            if path.is_dir():
-                files = sorted(p for p in path.iterdir() if p.suffix in (".jsonl", ".json"))
-                if not files:
-                    raise ValueError(f"{path} holds no trace files (*.jsonl)")
-            elif path.exists():
-                files = [path]
-            else:
-                raise FileNotFoundError(
-                    f"no trace at {path}; save one with tree.save(path), "
-                    "`groundswell run ... --save path` or GROUNDSWELL_TRACE_DIR"
-                )
-            trees = [(tree, f.name) for f in files for tree in EventTree.load_all(f)]
-        else:
-            raise TypeError(
-                "from_trace() takes a trace file, a directory of traces or an EventTree, "
-                f"got {type(source).__name__}"
-            )
+        trees = load_trees(source, "from_trace()")
         conversations = [c for tree, name in trees for c in _conversations(tree, name)]
         if not conversations:
             raise ValueError(
-                f"{source} holds no model calls to replay; was it saved from a run that "
+                f"{trees[0][1] if trees else source} holds no model calls to replay; was it saved from a run that "
                 "called a model (and not answered from the cache)?"
             )
         return cls(conversations, strict=strict)
@@ -164,6 +142,53 @@ class ReplayModel:
             reply = error(400, str(mismatch))
             reply.headers["x-should-retry"] = "false"
             return reply
+
+
+def load_trees(source: Any, caller: str) -> list[tuple[Any, str]]:
+    """The runs' trees in ``source``, each with where it came from, in run order.
+
+    ``source`` is an ``EventTree``, its `EventTree.to_json` dict, a trace file
+    (a JSONL event log, or a ``.json`` file holding ``to_json`` output) or a
+    directory of trace files (read in name order). ``caller`` names the API in errors.
+    """
+    from ..tree import EventTree
+
+    if isinstance(source, EventTree):
+        return [(source, "the given tree")]
+    if isinstance(source, dict):
+        return [(EventTree.from_json(source), "the given tree JSON")]
+    if not isinstance(source, str | os.PathLike):
+        raise TypeError(
+            f"{caller} takes a trace file, a directory of traces, an EventTree or its "
+            f"to_json() dict, got {type(source).__name__}"
+        )
+    path = Path(source)
+    if path.is_dir():
+        files = sorted(p for p in path.iterdir() if p.suffix in (".jsonl", ".json"))
+        if not files:
+            raise ValueError(f"{path} holds no trace files (*.jsonl)")
+    elif path.exists():
+        files = [path]
+    else:
+        raise FileNotFoundError(
+            f"no trace at {path}; save one with tree.save(path), "
+            "`groundswell run ... --save path` or GROUNDSWELL_TRACE_DIR"
+        )
+    return [(tree, f.name) for f in files for tree in _load(f)]
+
+
+def _load(path: Path) -> list[Any]:
+    from ..tree import EventTree
+
+    if path.suffix == ".json":
+        # A whole tree written with json.dump(tree.to_json()), rather than an event log.
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError:
+            data = None
+        if isinstance(data, dict) and "nodes" in data:
+            return [EventTree.from_json(data)]
+    return EventTree.load_all(path)
 
 
 def _conversations(tree: Any, source: str) -> Iterable[Conversation]:
