@@ -43,6 +43,7 @@ from pathlib import Path
 import anthropic
 from pydantic import BaseModel
 
+import groundswell
 import groundswell_dbos
 from groundswell import Agent, Tool, ToolContext, WorkflowContext, workflow
 
@@ -86,6 +87,20 @@ class Release(BaseModel):
 async def release(ctx: WorkflowContext, service: str) -> str:
     plan = await ctx.step("plan", lambda: ctx.ask(f"Which version of {service}?", Release))
     return f"released {service} {plan.version}: {plan.notes}"
+
+
+asker = Agent(
+    name="asker",
+    tools=[groundswell.ask_user],
+    client=anthropic.AsyncAnthropic(
+        api_key="test-key", base_url=os.environ["FAKE_URL"], max_retries=0
+    ),
+)
+
+
+@workflow(name="regions", durable=True)
+async def regions(ctx: WorkflowContext) -> str:
+    return await ctx.step("ask", lambda: asker.prompt("Ask which region to deploy to"))
 
 
 @workflow(name="nightly", durable=True)
@@ -153,6 +168,10 @@ asyncio.run(main())
 def refund_model(request: MessagesRequest) -> Any:
     """The model: calls refund as the prompt says, then reports what the tool answered."""
     results = request.latest_tool_results()
+    if request.last_user_text().startswith("Ask which region"):  # the asker agent
+        if not results:
+            return tool_use("ask_user", {"question": "Which region?", "choices": ["eu", "us"]})
+        return reply_text(f"deploying to {results[0]['content']}")
     if not results:
         words = request.last_user_text().split()  # "Refund 30 EUR on A-1"
         return tool_use("refund", {"order": words[-1], "amount": int(words[1])})
@@ -318,6 +337,25 @@ def test_a_question_is_answered_from_another_process_with_a_typed_answer(
     (node,) = tree.find(type="wait")
     assert node.payload["answer"] == {"version": "2.1", "notes": "faster invoices"}
     assert tree.path(node.id) == "release/plan/question"
+
+
+def test_the_ask_user_tool_is_answered_from_another_process_with_the_cli(
+    project: Project,
+) -> None:
+    project.worker("regions")
+    (wait,) = start_and_leave(project, "regions", [], "regions-1")
+    assert wait["kind"] == "question" and wait["agent"] == "asker"
+    assert wait["request"]["question"] == "Which region?"
+
+    out = cli(project, "answer", wait["id"], "--text", "eu", "--by", "ada")
+    assert out.returncode == 0, out.stderr
+
+    result = project.run("-c", RESULT, "regions", "[]", "regions-1")
+    assert result["output"] == "deploying to eu"
+    tree = EventTree.from_json(result["tree"])
+    (node,) = tree.find(type="wait")
+    assert node.payload["answer"] == "eu"
+    assert tree.path(node.id) == "regions/ask/asker/ask_user/question"
 
 
 @pytest.mark.parametrize("answered", [False, True])
