@@ -396,19 +396,27 @@ async def test_roots_from_the_config_are_the_directories_the_servers_see(tmp_pat
     agent = Agent(name="roots", mcps=[everything(roots=[notes])], client=fake.client())
     listed = await agent.run("Which roots do you see?")
     assert f"URI: {notes.resolve().as_uri()}" in listed.output
-    # server-filesystem started with no directory takes its allowed directories from roots
-    # (it asks for them once started, so a first call may come before it has them).
+    # server-filesystem started with no directory takes its allowed directories from roots.
+    # It asks for them once started and applies the answer when it comes, so the model
+    # lists the allowed directories until ours is there (no sleep: each look is a call).
     files = {**npm_server("filesystem"), "roots": [notes.as_uri()]}
-    fake = FakeAnthropicAPI(
-        calling(
-            ("mcp__filesystem__list_allowed_directories", {}),
-            ("mcp__filesystem__read_text_file", {"path": str(notes.resolve() / "todo.txt")}),
-            ("mcp__filesystem__list_allowed_directories", {}),
-        )
-    )
-    reader = Agent(name="reader", mcps=[files], client=fake.client())
+    todo = str(notes.resolve() / "todo.txt")
+
+    def respond(request: MessagesRequest) -> Reply:
+        seen = [text_of(r["content"]) for r in request.tool_results()]
+        if "water the plants" in seen:  # read: one more look, then the last one's answer
+            if seen[-1] == "water the plants":
+                return tool_use("mcp__filesystem__list_allowed_directories", {})
+            return text(seen[-1])
+        if seen and str(notes.resolve()) in seen[-1]:  # allowed now: read the file
+            return tool_use("mcp__filesystem__read_text_file", {"path": todo})
+        assert len(seen) < 40, "server-filesystem never took the roots it was given"
+        return tool_use("mcp__filesystem__list_allowed_directories", {})
+
+    fake = FakeAnthropicAPI(respond)
+    reader = Agent(name="reader", mcps=[files], client=fake.client(), max_turns=50)
     read = await reader.run("Read my todo list.")
-    contents = text_of(fake.message_requests[-1].tool_results()[1]["content"])
+    contents = text_of(fake.message_requests[-1].tool_results()[-2]["content"])
     assert contents == "water the plants"
     assert read.output == f"Allowed directories:\n{notes.resolve()}"
 
