@@ -51,6 +51,15 @@ class RecordingSink:
 
 
 @pytest.fixture
+def no_wait_left_open() -> Iterator[None]:
+    """Fails a test that leaves a wait of its own open (waits of this process)."""
+    before = {w.id for w in groundswell.waits.pending()}
+    yield
+    left = [w for w in groundswell.waits.pending() if w.id not in before]
+    assert not left, f"the test left waits open: {left}"
+
+
+@pytest.fixture
 def add_sink() -> Iterator[Callable[..., str]]:
     """Register a sink (by a real plugin object) on the process manager for one test."""
     manager = groundswell.get_plugin_manager()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -25,13 +24,8 @@ from groundswell import (
 from groundswell.testing import FakeAnthropicAPI, auto_answer, text, tool_calls, tool_use
 from groundswell.waits import Decision, Wait
 
-
-@pytest.fixture(autouse=True)
-def no_wait_left_open() -> Iterator[None]:
-    before = {w.id for w in waits.pending()}
-    yield
-    left = [w for w in waits.pending() if w.id not in before]
-    assert not left, f"the test left waits open: {left}"
+# Every test here ends with no wait of its own left open (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("no_wait_left_open")
 
 
 async def approvals(count: int = 1) -> list[Wait]:

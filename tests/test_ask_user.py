@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 from typing import Annotated, Any
 
 import pytest
@@ -22,13 +21,8 @@ from groundswell.testing import FakeAnthropicAPI, MessagesRequest, Reply, auto_a
 from groundswell.testing import tool_use as call_tool
 from groundswell.waits import Decision, Wait
 
-
-@pytest.fixture(autouse=True)
-def no_wait_left_open() -> Iterator[None]:
-    before = {w.id for w in waits.pending()}
-    yield
-    left = [w for w in waits.pending() if w.id not in before]
-    assert not left, f"the test left waits open: {left}"
+# Every test here ends with no wait of its own left open (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("no_wait_left_open")
 
 
 async def question() -> Wait:

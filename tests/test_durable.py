@@ -239,6 +239,34 @@ class Project:
         self.log = Path(env["GS_TEST_LOG"])
         self.procs: list[subprocess.Popen[str]] = []
 
+    @classmethod
+    def make(cls, root: Path, flows: str, database: str, fake_url: str, **env: str) -> Project:
+        """A folder with ``flows`` as flows.py, run with this machine's environment less its
+        own Groundswell and DBOS settings, plus ``env`` (``GS_TEST_LOG`` among them)."""
+        (root / "flows.py").write_text(flows)
+        base = {k: v for k, v in os.environ.items() if not k.startswith(("GROUNDSWELL_", "DBOS"))}
+        base.update(
+            DBOS_SYSTEM_DATABASE_URL=database,
+            FAKE_URL=fake_url,
+            GROUNDSWELL_HOME=str(root / "home"),
+            PYTHONUNBUFFERED="1",
+            **env,
+        )
+        return cls(root, base)
+
+    def stop(self, *, kill: bool = False) -> None:
+        """End every process started here: SIGTERM (``kill``: SIGKILL), then SIGKILL
+        for one still running 20 s later; their pipes closed."""
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.communicate(timeout=20)  # also closes its pipes
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
+
     def lines(self) -> list[str]:
         return self.log.read_text().splitlines() if self.log.exists() else []
 
@@ -281,28 +309,17 @@ class Project:
 def project(
     tmp_path: Path, database: str, fake: tuple[FakeAnthropicAPI, LoopbackServer]
 ) -> Iterator[Project]:
-    (tmp_path / "flows.py").write_text(FLOWS)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("GROUNDSWELL_", "DBOS"))}
-    env.update(
-        DBOS_SYSTEM_DATABASE_URL=database,
-        FAKE_URL=fake[1].base_url,
+    made = Project.make(
+        tmp_path,
+        FLOWS,
+        database,
+        fake[1].base_url,
         GS_TEST_LOG=str(tmp_path / "steps.log"),
         GROUNDSWELL_DBOS_POLL_S="0.1",
         GROUNDSWELL_DBOS_TAKEOVER_GRACE_S="1",
-        GROUNDSWELL_HOME=str(tmp_path / "home"),
-        PYTHONUNBUFFERED="1",
     )
-    made = Project(tmp_path, env)
     yield made
-    for proc in made.procs:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-    for proc in made.procs:
-        try:
-            proc.communicate(timeout=20)  # also closes its pipes
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
+    made.stop()
 
 
 def wait_for(path: Path, timeout: float = 60) -> None:

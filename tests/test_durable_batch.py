@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import pickle
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,7 +25,7 @@ from groundswell import EventTree
 from groundswell.testing import FakeAnthropicAPI, LoopbackServer
 
 from .test_durable import RECOVER, Project, database  # noqa: F401 - the fixture, used by name
-from .test_durable_tools_once import kill, until
+from .test_durable_tools_once import kill, recorded, until
 
 pytestmark = pytest.mark.slow
 
@@ -100,39 +99,24 @@ def project(
     database: str,  # noqa: F811 - the fixture imported above
     fake: tuple[FakeAnthropicAPI, LoopbackServer],
 ) -> Iterator[Project]:
-    (tmp_path / "flows.py").write_text(FLOWS)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("GROUNDSWELL_", "DBOS"))}
-    env.update(
-        DBOS_SYSTEM_DATABASE_URL=database,
-        FAKE_URL=fake[1].base_url,
+    made = Project.make(
+        tmp_path,
+        FLOWS,
+        database,
+        fake[1].base_url,
         GS_TEST_LOG=str(tmp_path / "unused.log"),
         GROUNDSWELL_DBOS_TAKEOVER_GRACE_S="0.5",
-        GROUNDSWELL_HOME=str(tmp_path / "home"),
         GROUNDSWELL_BATCH_FIRST_POLL="0.05",
         GROUNDSWELL_BATCH_MAX_POLL="0.2",
-        PYTHONUNBUFFERED="1",
     )
-    made = Project(tmp_path, env)
     yield made
     fake[0].batches.end()  # lets a process still waiting go
-    for proc in made.procs:
-        if proc.poll() is None:
-            proc.kill()
-        proc.communicate(timeout=20)
+    made.stop(kill=True)
 
 
 def tickets(url: str, run_id: str) -> int:
     """How many batch tickets the run ``run_id`` has checkpointed (committed rows)."""
-    with psycopg.connect(url) as conn:
-        tables = conn.execute("SELECT to_regclass('dbos.operation_outputs')").fetchone()
-        if not tables or tables[0] is None:  # DBOS has yet to create its tables
-            return 0
-        row = conn.execute(
-            "SELECT count(*) FROM dbos.operation_outputs "
-            "WHERE workflow_uuid = %s AND function_name LIKE 'batch geo %%'",
-            (run_id,),
-        ).fetchone()
-    return int(row[0]) if row else 0
+    return recorded(url, run_id, "batch geo %")
 
 
 @pytest.mark.parametrize("where", ["steps", "one step"])

@@ -11,7 +11,6 @@ model's next answer so that the test kills the process at a known point.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import threading
@@ -157,27 +156,27 @@ def project(
     fake: tuple[FakeAnthropicAPI, LoopbackServer],
     model: Model,
 ) -> Iterator[Project]:
-    (tmp_path / "flows.py").write_text(FLOWS)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("GROUNDSWELL_", "DBOS"))}
-    env.update(
-        DBOS_SYSTEM_DATABASE_URL=database,
-        FAKE_URL=fake[1].base_url,
+    made = Project.make(
+        tmp_path,
+        FLOWS,
+        database,
+        fake[1].base_url,
         GS_TEST_LOG=str(tmp_path / "tools.log"),
         GROUNDSWELL_DBOS_TAKEOVER_GRACE_S="0.5",
-        GROUNDSWELL_HOME=str(tmp_path / "home"),
-        PYTHONUNBUFFERED="1",
     )
-    made = Project(tmp_path, env)
     yield made
     model.set_hold(None)
-    for proc in made.procs:
-        if proc.poll() is None:
-            proc.kill()
-        proc.communicate(timeout=20)
+    made.stop(kill=True)
 
 
 def checkpoints(url: str, run_id: str, tool: str) -> int:
     """How many calls of ``tool`` the run ``run_id`` has checkpointed (committed rows)."""
+    return recorded(url, run_id, f"tool {tool} %")
+
+
+def recorded(url: str, run_id: str, name: str) -> int:
+    """How many operations of the run ``run_id`` whose name is ``LIKE name`` DBOS has
+    committed."""
     with psycopg.connect(url) as conn:
         tables = conn.execute("SELECT to_regclass('dbos.operation_outputs')").fetchone()
         if not tables or tables[0] is None:  # DBOS has yet to create its tables
@@ -185,7 +184,7 @@ def checkpoints(url: str, run_id: str, tool: str) -> int:
         row = conn.execute(
             "SELECT count(*) FROM dbos.operation_outputs "
             "WHERE workflow_uuid = %s AND function_name LIKE %s",
-            (run_id, f"tool {tool} %"),
+            (run_id, name),
         ).fetchone()
     return int(row[0]) if row else 0
 

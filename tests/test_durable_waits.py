@@ -11,7 +11,6 @@ it really ran.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -193,28 +192,17 @@ def project(
     database: str,  # noqa: F811 - the fixture imported above
     fake: tuple[FakeAnthropicAPI, LoopbackServer],
 ) -> Iterator[Project]:
-    (tmp_path / "flows.py").write_text(FLOWS)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("GROUNDSWELL_", "DBOS"))}
-    env.update(
-        DBOS_SYSTEM_DATABASE_URL=database,
-        FAKE_URL=fake[1].base_url,
+    made = Project.make(
+        tmp_path,
+        FLOWS,
+        database,
+        fake[1].base_url,
         GS_TEST_LOG=str(tmp_path / "refunds.log"),
         GROUNDSWELL_DBOS_POLL_S="0.1",
         GROUNDSWELL_DBOS_TAKEOVER_GRACE_S="1",
-        GROUNDSWELL_HOME=str(tmp_path / "home"),
-        PYTHONUNBUFFERED="1",
     )
-    made = Project(tmp_path, env)
     yield made
-    for proc in made.procs:
-        if proc.poll() is None:
-            proc.terminate()
-    for proc in made.procs:
-        try:
-            proc.communicate(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
+    made.stop()
 
 
 def start_and_leave(project: Project, flow: str, args: list[Any], run_id: str) -> list[Any]:

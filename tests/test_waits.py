@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import groundswell_otel
@@ -46,12 +46,8 @@ class Plan(BaseModel):
     owner: str
 
 
-@pytest.fixture(autouse=True)
-def no_wait_left_open() -> Iterator[None]:
-    before = {w.id for w in waits.pending()}
-    yield
-    left = [w for w in waits.pending() if w.id not in before]
-    assert not left, f"the test left waits open: {left}"
+# Every test here ends with no wait of its own left open (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("no_wait_left_open")
 
 
 async def opened(count: int = 1, kind: str | None = None) -> Wait:

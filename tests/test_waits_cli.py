@@ -11,7 +11,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -38,12 +38,8 @@ from .test_waits_http import ADA, ALICE, BOB, OPERATOR, gated, open_waits, relea
 CLI = (sys.executable, "-m", "groundswell.cli")
 
 
-@pytest.fixture(autouse=True)
-def no_wait_left_open() -> Iterator[None]:
-    before = {w.id for w in groundswell.waits.pending()}
-    yield
-    left = [w for w in groundswell.waits.pending() if w.id not in before]
-    assert not left, f"the test left waits open: {left}"
+# Every test here ends with no wait of its own left open (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("no_wait_left_open")
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx2
@@ -71,12 +71,8 @@ async def gated(ctx: WorkflowContext, agent: str, tool: str) -> dict[str, Any]:
     return {"kind": decision.kind, "input": decision.input, "reason": decision.reason}
 
 
-@pytest.fixture(autouse=True)
-def no_wait_left_open() -> Iterator[None]:
-    before = {w.id for w in groundswell.waits.pending()}
-    yield
-    left = [w for w in groundswell.waits.pending() if w.id not in before]
-    assert not left, f"the test left waits open: {left}"
+# Every test here ends with no wait of its own left open (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("no_wait_left_open")
 
 
 @pytest.fixture
