@@ -15,6 +15,10 @@ The convention the pages follow:
   blocks share one event loop. A block may call ``asyncio.run(...)`` itself.
 - A block whose first line is a comment starting with ``# fragment`` is only
   compiled.
+- A block whose first line is ``# file: NAME`` is a file the reader saves: it is
+  compiled and written to ``NAME`` in the current folder, not run. Later blocks
+  run it (``subprocess.run([sys.executable, "NAME"])``) or import it, as the
+  reader would.
 - A ```` ```output ```` block directly after a Python block (only blank lines
   between) is that block's expected stdout. Durations (``12.3ms``) and ids
   that vary are normalised on both sides first, and a line that is just
@@ -43,6 +47,7 @@ from typing import NoReturn, TextIO
 
 FENCE = re.compile(r"^(?P<indent> *)(?P<fence>`{3,}|~{3,})\s*(?P<info>[^`]*?)\s*$")
 FRAGMENT = re.compile(r"#\s*fragment\b", re.IGNORECASE)
+FILE = re.compile(r"#\s*file:\s*(?P<name>[\w.-]+\.py)\s*$")
 NORMALISE = [
     (re.compile(r"\d+(?:\.\d+)?(?:ns|µs|us|ms|s)\b"), "<duration>"),
     (re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b"), "<uuid>"),
@@ -69,6 +74,12 @@ class Block:
     @property
     def is_fragment(self) -> bool:
         return bool(FRAGMENT.match(self.first_line))
+
+    @property
+    def file_name(self) -> str | None:
+        """The name a ``# file: NAME`` block is saved under, or None for a block that runs."""
+        saved = FILE.match(self.first_line)
+        return saved["name"] if saved else None
 
     def where(self, page: Path) -> str:
         return f"{shown(page)} block {self.number} (line {self.start}: `{self.first_line}`)"
@@ -123,6 +134,8 @@ def parse(page: Path) -> list[Block]:
                 )
             if previous.is_fragment:
                 raise PageError(f"{previous.where(page)} is a fragment but has an output block")
+            if previous.file_name:
+                raise PageError(f"{previous.where(page)} is a file but has an output block")
             previous.expected = code
             previous = None
         elif info == "python":
@@ -240,9 +253,12 @@ def run_page(page: Path) -> int:
     loop = asyncio.new_event_loop()
     real_stdout = sys.stdout
     ran = 0
-    runnable = [block for block in blocks if not block.is_fragment]
+    runnable = [block for block in blocks if not (block.is_fragment or block.file_name)]
     for block, code in zip(blocks, compiled, strict=True):
         if block.is_fragment:
+            continue
+        if block.file_name:
+            Path(block.file_name).write_text(block.code, encoding="utf-8")
             continue
         exited = False
         tee = Tee(real_stdout)

@@ -186,6 +186,20 @@ def test_output_blocks_are_compared_after_normalising_and_ellipses(tmp_path: Pat
     assert "-41\n+42" in wrong.stderr
 
 
+def test_a_file_block_is_saved_for_later_blocks_to_run_not_run_itself(tmp_path: Path) -> None:
+    page = tmp_path / "guide.md"
+    page.write_text(
+        "```python\n# file: job.py\nprint('job ran')\n```\n\n"
+        "```python\nimport subprocess, sys\n"
+        "print(subprocess.run([sys.executable, 'job.py'], capture_output=True, text=True).stdout)\n"
+        "```\n\n```output\njob ran\n```\n"
+    )
+    out = run_page(page, page_env("http://127.0.0.1:9", tmp_path), tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count("job ran") == 1  # printed by the second process only
+    assert (tmp_path / "job.py").read_text() == "# file: job.py\nprint('job ran')\n"
+
+
 def test_page_conventions_are_checked(tmp_path: Path) -> None:
     page = tmp_path / "guide.md"
     page.write_text("```python\nx = 1\n```\n\nIt prints:\n\n```output\n1\n```\n")
@@ -193,6 +207,9 @@ def test_page_conventions_are_checked(tmp_path: Path) -> None:
         docs_runner.parse(page)
     page.write_text("```python\n# fragment\nx = 1\n```\n```output\n1\n```\n")
     with pytest.raises(docs_runner.PageError, match="is a fragment but has an output block"):
+        docs_runner.parse(page)
+    page.write_text("```python\n# file: job.py\nx = 1\n```\n```output\n1\n```\n")
+    with pytest.raises(docs_runner.PageError, match="is a file but has an output block"):
         docs_runner.parse(page)
     page.write_text("```python\nx = 1\n")
     with pytest.raises(docs_runner.PageError, match="never closed"):
