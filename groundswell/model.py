@@ -241,14 +241,15 @@ async def call_model(
     """
     if len(_LOGGERS) != _sdk_logs.known:  # loggers made since (the transport's): filtered too
         _sdk_logs.install()
+    sender: Any = client
     retries = getattr(client, "max_retries", 0)
-    sender = without_sdk_retries(client) if retries else None
-    if sender is None:  # no retries, or a client that runs its own
-        sender, retries = client, 0
-    beta = uses_beta(params)
+    if retries:
+        sender = without_sdk_retries(client)
+        if sender is None:  # a client that runs its own retries
+            sender, retries = client, 0
+    api: Any = sender.beta.messages if uses_beta(params) else sender.messages
     taken = 0
     while True:
-        api: Any = sender.beta.messages if beta else sender.messages
         try:
             if on_delta is None:
                 try:

@@ -31,7 +31,7 @@ from ..mcp_client import Elicitation, check_elicitation_handler
 from ..mcp_config import register_mcp_secrets
 from ..plugins import get_plugin_manager
 from ..prompt import NO_OVERRIDES, Prompt, PromptOverrides
-from ..reflection import ReflectionConfig, ReflectionEntry, resolve_config
+from ..reflection import ReflectionConfig, ReflectionEntry, note_agent, resolve_config
 from ..run_context import current_frame, new_run_tree
 from ..settings_check import check_flag, check_settings
 from ..skills import check_skills
@@ -591,10 +591,13 @@ class Agent(Generic[DepsT]):
     def _plain_candidates(self, run: PromptRun) -> tuple[Layer, ...]:
         """`_candidates` of a call that sets nothing of its own (its settings are the
         agent's): less the `Middleware.per_agent` ones idle for this agent, found once."""
-        candidates = self._candidates(NO_OVERRIDES)
+        # The agent's own middleware is fixed, so the default layers alone can change
+        # its candidates (a plugin registered since).
+        defaults = default_layers()
         plain = self._plain
-        if plain is None or plain[0] is not candidates:
-            plain = self._plain = (candidates, plain_candidates(run, candidates))
+        if plain is None or plain[0] is not defaults:
+            candidates = self._candidates(NO_OVERRIDES)
+            plain = self._plain = (defaults, plain_candidates(run, candidates))
         return plain[1]
 
     def _execute(
@@ -618,6 +621,8 @@ class Agent(Generic[DepsT]):
         if client is None:  # not `self.client` first: it would look the override up again
             client = self._client if self._client is not None else self.client
         outer = current_frame()
+        if outer is not None and outer.workflow is not None:
+            note_agent(outer.tree, self)  # step- and workflow-level reflection ask its model
         run = PromptRun(
             agent=self,
             prompt=prompt,

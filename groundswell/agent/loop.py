@@ -33,11 +33,12 @@ from ..tree import NodeStatus, NodeType
 from .middleware import Layer, Layers
 from .replies import (
     PLAIN,
+    block_dict,
     continue_after_cut,
     cut_call,
     is_final,
     malformed,
-    reply_problem,
+    reply_blocks,
     stopped,
 )
 from .run import PromptResult, PromptRun, StreamEvent
@@ -228,7 +229,7 @@ async def _turns(run: PromptRun, layers: Layers) -> PromptResult[Any]:
     # after every before_model layer (so their markers are counted), with no layer of
     # its own; the request a cache key is made from (`run.request()`) never holds it.
     auto = run.settings.get("prompt_cache")
-    if not (auto is True or auto == "5m" or auto == "1h"):
+    if not (auto is True or auto.__class__ is str):  # "5m"/"1h" (checked); not breakpoints
         auto = None
     why = "check the tools it keeps calling"
     for turn in range(1, max_turns + 1):
@@ -247,7 +248,7 @@ async def _turns(run: PromptRun, layers: Layers) -> PromptResult[Any]:
         text: str | None = None
         if layers.model:
             message = await _model_layers(layers.model, 0, run, request)
-            content = [_block(b) for b in message.content]
+            content = [block_dict(b) for b in message.content]
             if message.stop_reason not in PLAIN:  # a middleware's own reply: no turn checked it
                 error = stopped(run, None, message, content, _text_of(content))
                 if error is not None:
@@ -421,9 +422,9 @@ async def _model_turn(run: PromptRun, params: dict[str, Any]) -> tuple[Any, list
         except BaseException as exc:  # Ctrl-C, a closed generator: the call ends with the turn
             tree.end_node_after(node, exc)
             raise
-        problem = reply_problem(message)  # the SDK builds its Message without checking it
-        if problem is not None:
-            error = malformed(problem)
+        content = reply_blocks(message)  # the SDK builds its Message without checking it
+        if isinstance(content, str):
+            error = malformed(content)
             tree.end_node(node, NodeStatus.FAILED, error=error)
             raise error
         # The turn's usage, added to the attempt's (a plain loop: no comprehension frame).
@@ -439,7 +440,6 @@ async def _model_turn(run: PromptRun, params: dict[str, Any]) -> tuple[Any, list
         if turn_usage:  # priced now if a dollar budget counts it, else when read
             charge(node, model, turn_usage, reported)
         metrics["attempt"] = attempt
-        content = [_block(b) for b in message.content]
         texts: list[str] = []
         tool_calls: list[Any] = []
         # The blocks as recorded: `jsonable` of each, but a plain text block's only
@@ -484,19 +484,6 @@ async def _model_turn(run: PromptRun, params: dict[str, Any]) -> tuple[Any, list
 
 def _text_of(content: list[dict[str, Any]]) -> str:
     return "".join(b.get("text", "") for b in content if b.get("type") == "text")
-
-
-def _block(block: Any) -> dict[str, Any]:
-    """An SDK content block as the dict sent back in the next request."""
-    # Plain attribute reads for the common blocks: model_dump costs more than the rest
-    # of a turn's bookkeeping put together.
-    kind = block.type
-    if kind == "text" and not getattr(block, "citations", None):
-        return {"type": "text", "text": block.text}
-    if kind == "tool_use":
-        return {"type": "tool_use", "id": block.id, "name": block.name, "input": block.input}
-    dumped: dict[str, Any] = block.model_dump(mode="json", exclude_none=True)
-    return dumped
 
 
 _USAGE_FIELDS = (

@@ -13,7 +13,7 @@ and what Groundswell does"):
   `ContextWindowExceeded`;
 - any other: a `ModelAPIError` naming it, never an answer taken at face value.
 
-The SDK builds its ``Message`` without checking it, so `reply_problem` does:
+The SDK builds its ``Message`` without checking it, so `reply_blocks` does:
 a reply without a list of content blocks, a string stop reason or whole token
 counts is a `ModelAPIError`. A tool call whose input is not an object is
 answered with an error result (`bad_tool_input`), and the tool does not run.
@@ -38,11 +38,12 @@ if TYPE_CHECKING:
 __all__ = [
     "PLAIN",
     "bad_tool_input",
+    "block_dict",
     "continue_after_cut",
     "cut_call",
     "is_final",
     "malformed",
-    "reply_problem",
+    "reply_blocks",
     "stopped",
 ]
 
@@ -66,32 +67,60 @@ def is_final(message: Any) -> bool:
     return True
 
 
-def reply_problem(message: Any) -> str | None:
-    """What makes an SDK ``Message`` unusable, or ``None``: the SDK does not check it."""
-    # Every model turn passes here: plain reads first, the wording only for a broken one.
+def reply_blocks(message: Any) -> list[dict[str, Any]] | str:
+    """An SDK ``Message``'s content blocks as the dicts sent back (`block_dict`), or what
+    makes it unusable: the SDK does not check it."""
+    # Every model turn passes here: checked and converted in one pass, with plain reads;
+    # the wording only for a broken one.
     try:
+        content = message.content
         usage = message.usage
         if (
-            type(message.stop_reason) is str
+            type(content) is list
+            and type(message.stop_reason) is str
             and type(usage.input_tokens) is int
             and type(usage.output_tokens) is int
-            and type(message.content) is list
         ):
-            for block in message.content:
+            blocks: list[dict[str, Any]] = []
+            for block in content:
                 kind = block.type
                 if kind == "text":
-                    if type(block.text) is not str:
+                    text = block.text
+                    if type(text) is not str:
                         break
+                    if getattr(block, "citations", None):
+                        blocks.append(block.model_dump(mode="json", exclude_none=True))
+                    else:
+                        blocks.append({"type": "text", "text": text})
                 elif kind == "tool_use":
-                    if type(block.id) is not str or type(block.name) is not str:
+                    call_id, name = block.id, block.name
+                    if type(call_id) is not str or type(name) is not str:
                         break
+                    blocks.append(
+                        {"type": "tool_use", "id": call_id, "name": name, "input": block.input}
+                    )
                 elif type(kind) is not str:
                     break
+                else:
+                    blocks.append(block.model_dump(mode="json", exclude_none=True))
             else:
-                return None
+                return blocks
     except AttributeError:
         pass
     return _problem(message)
+
+
+def block_dict(block: Any) -> dict[str, Any]:
+    """An SDK content block as the dict sent back in the next request."""
+    # Plain attribute reads for the common blocks: model_dump costs more than the rest
+    # of a turn's bookkeeping put together.
+    kind = block.type
+    if kind == "text" and not getattr(block, "citations", None):
+        return {"type": "text", "text": block.text}
+    if kind == "tool_use":
+        return {"type": "tool_use", "id": block.id, "name": block.name, "input": block.input}
+    dumped: dict[str, Any] = block.model_dump(mode="json", exclude_none=True)
+    return dumped
 
 
 def _problem(message: Any) -> str:
@@ -123,7 +152,7 @@ def _problem(message: Any) -> str:
 
 
 def malformed(problem: str) -> ModelAPIError:
-    """The error for a reply `reply_problem` refused."""
+    """The error for a reply `reply_blocks` refused."""
     return ModelAPIError(
         f"the Anthropic API's answer is malformed: {problem}; it cannot be used (something "
         "between Groundswell and the API changed it, or the API had an incident): try again",

@@ -23,7 +23,6 @@ from ..reflection import (
     ReflectionConfig,
     ReflectionContext,
     ReflectionEntry,
-    note_agent,
     replace_entry,
     resolve_config,
     retry_with_reflection,
@@ -43,26 +42,33 @@ class Reflection(Middleware):
     order = 100
     retries = True
 
+    # For a call that sets nothing of its own, the agent's settings decide (the
+    # kernel notes the agent for workflow-level reflection: `Agent._execute`).
+    per_agent = True
+
     def active(self, run: PromptRun) -> bool:
-        if run.workflow is not None:  # workflow-level reflection asks this agent's model
-            note_agent(run.tree, run.agent)
-        overrides = run.overrides
-        if (  # nothing but the agent says: its own settings (`_config_for`'s last case)
-            overrides.reflection is None
-            and overrides.enable_reflection is None
-            and run.prompt.enable_reflection is None
-        ):
-            config, level = run.agent.reflection, "agent"
-        else:
-            config, level = _config_for(run)
+        config, level = _chosen(run)
         if config is None or config.max_attempts == 1:
             return False
         run.scratch[_KEY] = (config, level)
         return True
 
     async def wrap_prompt(self, run: PromptRun, call_next: PromptNext) -> PromptResult[Any]:
-        config, level = run.scratch[_KEY]
+        # A call whose layers were chosen once for its agent (`per_agent`) skipped active().
+        config, level = run.scratch.get(_KEY) or _chosen(run)
+        assert config is not None  # only a call with reflection on gets this layer
         return await _attempts(run, call_next, config, level)
+
+
+def _chosen(run: PromptRun) -> tuple[ReflectionConfig | None, Level]:
+    overrides = run.overrides
+    if (  # nothing but the agent says: its own settings (`_config_for`'s last case)
+        overrides.reflection is None
+        and overrides.enable_reflection is None
+        and run.prompt.enable_reflection is None
+    ):
+        return run.agent.reflection, "agent"
+    return _config_for(run)
 
 
 def _config_for(run: PromptRun) -> tuple[ReflectionConfig | None, Level]:
