@@ -1,9 +1,11 @@
 """What ``groundswell run`` needs besides running: finding the workflow, building its
-arguments from the command line, and choosing which failed nodes' tracebacks to print.
+arguments from the command line, putting its agents on a fake (``--fake``), and choosing
+which failed nodes' tracebacks to print.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import inspect
@@ -22,7 +24,16 @@ from .tree import EventTree
 from .workflow import Workflow
 from .workflow_input import input_model
 
-__all__ = ["CLIError", "failure_origins", "resolve_workflow", "traceback_lines", "workflow_call"]
+__all__ = [
+    "FAKE_MODES",
+    "CLIError",
+    "failure_origins",
+    "fake_agents",
+    "load_target_module",
+    "resolve_workflow",
+    "traceback_lines",
+    "workflow_call",
+]
 
 
 class CLIError(Exception):
@@ -34,15 +45,8 @@ class CLIError(Exception):
 
 def resolve_workflow(target: str) -> Workflow[Any, Any]:
     """The workflow ``module:name``, ``file.py:name`` or ``path/to/file.py:name`` names."""
-    # The last colon: a Windows path (C:\\flows.py:review) has one of its own.
-    where, _, attr = target.rpartition(":")
-    if not where or not attr:
-        raise CLIError(
-            f"expected module:workflow or file.py:workflow, got {target!r} "
-            "(e.g. myapp.flows:review or flows.py:review)"
-        )
-    is_file = where.endswith(".py") or "/" in where or "\\" in where
-    module = _load_file(where) if is_file else _import(where)
+    module, attr = load_target_module(target)
+    where = target.rpartition(":")[0]
     if not hasattr(module, attr):
         raise CLIError(f"{where!r} has no attribute {attr!r}; {_workflows_in(module)}")
     obj = getattr(module, attr)
@@ -54,6 +58,24 @@ def resolve_workflow(target: str) -> Workflow[Any, Any]:
             f"{_workflows_in(module)}"
         )
     return obj
+
+
+def load_target_module(target: str, what: str = "workflow") -> tuple[ModuleType, str]:
+    """The module ``module:name`` or ``path/to/file.py:name`` names, loaded, and the name.
+
+    A module is imported with the current directory on ``sys.path``; a file is
+    loaded as ``python FILE`` would (its folder on ``sys.path``). ``what`` names
+    the kind of object expected, for the error message.
+    """
+    # The last colon: a Windows path (C:\\flows.py:review) has one of its own.
+    where, _, attr = target.rpartition(":")
+    if not where or not attr:
+        raise CLIError(
+            f"expected module:{what} or file.py:{what}, got {target!r} "
+            "(e.g. myapp.flows:review or flows.py:review)"
+        )
+    is_file = where.endswith(".py") or "/" in where or "\\" in where
+    return (_load_file(where) if is_file else _import(where)), attr
 
 
 def _import(name: str) -> ModuleType:
@@ -95,6 +117,34 @@ def _workflows_in(module: ModuleType) -> str:
     if not names:
         return "it defines no workflows (decorate an async def with @workflow)"
     return f"its workflows: {', '.join(names)}"
+
+
+# -- --fake: every agent on an offline fake ---------------------------------------------
+
+# What `run --fake MODE` answers with; `--fake` alone is "schema".
+FAKE_MODES = {
+    "schema": "JSON that fits each prompt's response_format, else a short text",
+    "echo": "each prompt's last user message back, as text",
+}
+
+
+def fake_agents(mode: str | None) -> contextlib.AbstractContextManager[object]:
+    """Every agent in the process on a `groundswell.testing.FakeAnthropicAPI` while the
+    run goes (``mode`` from `FAKE_MODES`), whatever client it was built with; nothing
+    for ``None``."""
+    if mode is None:
+        return contextlib.nullcontext()
+    if mode not in FAKE_MODES:
+        raise CLIError(f"--fake takes {' or '.join(FAKE_MODES)}, got {mode!r}")
+    from .testing import FakeAnthropicAPI, use_fake
+
+    # The fake's own model answers "schema"; "echo" hands each prompt back.
+    fake = FakeAnthropicAPI() if mode == "schema" else FakeAnthropicAPI(_echo)
+    return use_fake(fake)
+
+
+def _echo(request: Any) -> str:
+    return str(request.last_user_text())
 
 
 # -- the workflow's arguments -------------------------------------------------------

@@ -1,9 +1,10 @@
 """The ``groundswell`` command: list plugins, run a workflow, render a saved tree,
 list and run the examples, list and decide the open waits of a running process
-(``pending``, ``approve``, ``reject``, ``answer``), and whatever commands plugins
-add (``register_cli_commands``).
+(``pending``, ``approve``, ``reject``, ``answer``), run evals (``eval``), and
+whatever commands plugins add (``register_cli_commands``).
 
-Exit codes: 0 success; 1 the workflow run failed; 2 bad input (arguments,
+Exit codes: 0 success; 1 the workflow run failed (or, for ``eval run``, a gate:
+see its ``--help``); 2 bad input (arguments,
 modules, files); 3 a plugin error under ``GROUNDSWELL_STRICT_PLUGINS=1``;
 130 interrupted by Ctrl-C.
 ``rich`` is imported here, never by the library itself.
@@ -36,13 +37,22 @@ from ._cli_interrupt import (
     quit_now,
     wait_for_threads,
 )
-from ._cli_run import CLIError, resolve_workflow, traceback_lines, workflow_call
+from ._cli_run import (
+    FAKE_MODES,
+    CLIError,
+    fake_agents,
+    resolve_workflow,
+    traceback_lines,
+    workflow_call,
+)
 from ._cli_waits import COMMANDS as WAIT_COMMANDS
 from ._cli_waits import add_commands as add_wait_commands
 from ._examples import Example, examples_dir, find_examples
 from ._render import rich_tree
 from ._serialize import redact, scrub
 from .errors import GroundswellError, PluginError
+from .evals.cli import COMMAND as EVAL_COMMAND
+from .evals.cli import add_command as add_eval_command
 from .hookspecs import AgentMiddleware
 from .node import printable
 from .plugins import PluginManager, get_plugin_manager, strict_plugins
@@ -85,6 +95,7 @@ def _cmd_plugins(args: argparse.Namespace) -> int:
     if not infos:
         print("no plugins loaded" + ("" if args.all else " (--all shows disabled ones)"))
         return 0
+    print(f"{'PLUGIN':<24} {'VERSION':<10} {'STATUS':<6} HOOKS")
     for info in infos:
         version = info.version or ("(kernel)" if info.source == "builtin" else "-")
         mark = "off" if info.disabled else "ok" if info.ok else "ERROR"
@@ -232,6 +243,13 @@ def _print_tracebacks(tree: EventTree, console: Console | None) -> None:
 
 def _cmd_tree(args: argparse.Namespace) -> int:
     trees = _load_trees(args.file)
+    for tree in trees:  # a log cut off mid-run (a crash, a kill, or a run still going)
+        if tree.root is not None and tree.root.status in (NodeStatus.RUNNING, NodeStatus.PENDING):
+            print(
+                f"note: run {tree.root.name!r} did not finish in {args.file}: its end is not "
+                "in the log (the process stopped before writing it, or is still running)",
+                file=sys.stderr,
+            )
     if args.traceback and (args.json or args.jsonl):
         for tree in trees:
             _print_tracebacks(tree, None)  # stdout is JSON: they go to stderr
@@ -277,12 +295,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
     plugin_name = manager.register(TapPlugin(tap), name="groundswell-cli-tap")
     threads = RunThreads()
     try:
-        if want_live:
-            # transient: the final, complete tree replaces the (capped) live frames.
-            with Live(console=console, refresh_per_second=8, transient=True) as live:
-                outcome, again = drive(Watch(wf, call, args, tap, live), threads)
-        else:
-            outcome, again = drive(Watch(wf, call, args, tap, None), threads)
+        with fake_agents(args.fake):
+            if want_live:
+                # transient: the final, complete tree replaces the (capped) live frames.
+                with Live(console=console, refresh_per_second=8, transient=True) as live:
+                    outcome, again = drive(Watch(wf, call, args, tap, live), threads)
+            else:
+                outcome, again = drive(Watch(wf, call, args, tap, None), threads)
     finally:
         manager.unregister(plugin_name)
     if not (outcome.interrupted or again):
@@ -332,7 +351,7 @@ def _report(outcome: Outcome, args: argparse.Namespace, console: Console) -> int
     return 0 if outcome.status is NodeStatus.COMPLETED else 1
 
 
-BUILTIN_COMMANDS = ("examples", "plugins", "run", "tree", *WAIT_COMMANDS)
+BUILTIN_COMMANDS = ("examples", "plugins", "run", "tree", *WAIT_COMMANDS, EVAL_COMMAND)
 
 
 def _plugin_commands(sub: Any) -> None:
@@ -377,6 +396,9 @@ def build_parser(*, plugin_commands: bool = True) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="groundswell", description="Orchestrate LLM agents; inspect runs and plugins."
     )
+    from . import __version__
+
+    parser.add_argument("--version", action="version", version=f"groundswell {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("plugins", help="list installed plugins, their hooks and load errors")
@@ -442,6 +464,17 @@ def build_parser(*, plugin_commands: bool = True) -> argparse.ArgumentParser:
     )
     p.add_argument("--save", metavar="FILE", help="save the run's JSONL event log to FILE")
     p.add_argument(
+        "--fake",
+        nargs="?",
+        const="schema",
+        choices=list(FAKE_MODES),
+        metavar="MODE",
+        help="offline: every agent on groundswell.testing's fake Anthropic API, whatever its "
+        "client; MODE "
+        + "; ".join(f"{k}: {v}" for k, v in FAKE_MODES.items())
+        + " (default schema)",
+    )
+    p.add_argument(
         "--live",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -462,6 +495,7 @@ def build_parser(*, plugin_commands: bool = True) -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_tree)
 
     add_wait_commands(sub, table=_print_table)
+    add_eval_command(sub)
 
     if plugin_commands:
         _plugin_commands(sub)

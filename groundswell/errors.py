@@ -4,7 +4,8 @@ Every error a user can catch derives from `GroundswellError`::
 
     GroundswellError
     ├── ConfigurationError          bad arguments or settings; fix the call
-    │   └── MissingAwait            a workflow ended with a step it never awaited
+    │   ├── MissingAwait            a workflow ended with a step it never awaited
+    │   └── ToolDefinitionError     a tool's function cannot be a tool (also a ToolError)
     ├── ModelAPIError               the Anthropic API answered with an error
     │   ├── ModelRefused            the model declined to answer (stop reason refusal)
     │   ├── ContextWindowExceeded   the reply filled the model's context window
@@ -47,6 +48,7 @@ __all__ = [
     "ResponseValidationError",
     "StepTimeout",
     "TokenBudgetExceeded",
+    "ToolDefinitionError",
     "ToolError",
     "UnknownWait",
     "WaitClosed",
@@ -189,6 +191,14 @@ class ResponseValidationError(GroundswellError):
 
 class ToolError(GroundswellError):
     """A tool could not be built from its definition, or could not be run."""
+
+
+class ToolDefinitionError(ConfigurationError, ToolError):
+    """A function cannot be made a tool (its name, a parameter's type...); fix the tool.
+
+    Raised when the tool is built, as other bad settings are; a `ToolError`
+    too, so code that caught that when tools were refused still catches it.
+    """
 
 
 class MaxTurnsExceeded(GroundswellError):

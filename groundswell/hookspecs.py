@@ -29,6 +29,7 @@ __all__ = [
     "EventSink",
     "ExecutionBackend",
     "HookResult",
+    "NamedEvaluator",
     "ReflectionStrategy",
     "TokenCounter",
     "ToolProvider",
@@ -111,6 +112,16 @@ class TokenCounter(_Record):
     ``request`` is a `groundswell.tokens.CountRequest` (model, messages,
     system, tools, and the calling agent's client). The factory runs for each
     budgeted prompt that names the counter.
+    """
+
+
+@dataclass(frozen=True, slots=True)
+class NamedEvaluator(_Record):
+    """An eval evaluator datasets name: ``factory(*args, **kwargs)`` returns one (an
+    object with ``evaluate(ctx)``, or a function of the context), for each use.
+
+    A dataset's ``- NAME`` calls it with no arguments, ``- NAME: value`` with one,
+    and ``- NAME: {key: value}`` with keyword arguments (`groundswell.evals`).
     """
 
 
@@ -247,6 +258,11 @@ def register_token_counters() -> HookResult:
 @hookspec
 def register_agent_middleware() -> HookResult:
     """Return the `AgentMiddleware` records this plugin adds."""
+
+
+@hookspec
+def register_evaluators() -> HookResult:
+    """Return the `NamedEvaluator` records this plugin adds."""
 
 
 @hookspec

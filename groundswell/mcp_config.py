@@ -230,6 +230,41 @@ def check_stdio(name: str, item: Mapping[str, Any]) -> None:
         raise ConfigurationError(
             f"stdio MCP server {name!r}: 'cwd' must be a directory path, got {type(cwd).__name__}"
         )
+    if not _found(command, env.get("PATH"), cwd):
+        raise ConfigurationError(_not_found(name, command))
+
+
+def _found(command: str, path: str | None, cwd: Any) -> bool:
+    """Whether ``command`` names a program the server's process can start (PATH as it will see it)."""
+    if os.sep in command or (os.altsep and os.altsep in command):
+        # A relative path is looked up in the server's cwd when it has one (as POSIX does).
+        return os.path.exists(command) or (
+            cwd is not None and os.path.exists(os.path.join(cwd, command))
+        )
+    return shutil.which(command, path=path) is not None
+
+
+# How to get the programs MCP server configs usually start.
+_INSTALL = {
+    "uvx": "install uv (https://docs.astral.sh/uv/, e.g. `pip install uv`), or pip install "
+    "the server and start it with this Python: {'command': sys.executable, 'args': ['-m', "
+    "<its module>]} (mcp-server-time's is 'mcp_server_time')",
+    "npx": "install Node.js (https://nodejs.org), which provides npx",
+}
+_INSTALL["uv"] = _INSTALL["uvx"]
+_INSTALL["node"] = _INSTALL["npm"] = _INSTALL["npx"]
+
+
+def _not_found(name: str, command: str) -> str:
+    """The error for a ``command`` no program answers to, with how to get it."""
+    program = command.split(maxsplit=1)[0] if command.strip() else command
+    # Only the program is shown: what follows it may hold a token.
+    said = f"the program {program!r}"
+    if program != command:
+        said += " ('command' holds its arguments too: put them in 'args')"
+    fix = _INSTALL.get(program, "install it, or give its full path")
+    where = "does not exist" if os.sep in program else "is not found on PATH"
+    return f"stdio MCP server {name!r}: {said} {where}, so the server cannot start; {fix}"
 
 
 def _seconds(value: Any) -> bool:

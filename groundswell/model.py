@@ -230,13 +230,14 @@ async def call_model(
     params: dict[str, Any],
     on_delta: Callable[[str, str], None] | None = None,
     *,
-    max_wait: float = DEFAULT_MAX_RETRY_WAIT,
+    max_wait: float | None = None,
     on_wait: Callable[[float, int | None, int], None] | None = None,
 ) -> Any:
     """One model round trip; streams when ``on_delta(kind, text)`` is given.
 
     Retries as the SDK would, the client's ``max_retries`` times, but waits at
-    most ``max_wait`` seconds for a ``Retry-After`` (`groundswell.api_retries`);
+    most ``max_wait`` seconds (None: `DEFAULT_MAX_RETRY_WAIT`) for a ``Retry-After``
+    (`groundswell.api_retries`);
     ``on_wait(seconds, status, retry)`` hears of each wait before it starts.
     """
     if len(_LOGGERS) != _sdk_logs.known:  # loggers made since (the transport's): filtered too
@@ -274,6 +275,8 @@ async def call_model(
         except Exception as exc:
             if taken >= retries:
                 raise
+            if max_wait is None:
+                max_wait = DEFAULT_MAX_RETRY_WAIT
             delay = retry_delay(exc, taken, max_wait=max_wait, model=str(params["model"]))
             if delay is None:
                 raise

@@ -18,6 +18,7 @@ from .hookspecs import (
     ContextProvider,
     EventSink,
     ExecutionBackend,
+    NamedEvaluator,
     ReflectionStrategy,
     TokenCounter,
     ToolProvider,
@@ -37,6 +38,7 @@ HOOK_RECORDS: dict[str, type[Any]] = {
     "register_execution_backends": ExecutionBackend,
     "register_agent_middleware": AgentMiddleware,
     "register_agent_options": AgentOption,
+    "register_evaluators": NamedEvaluator,
 }
 #: Record type -> its registration hook name.
 HOOK_OF_RECORD = {record: hook for hook, record in HOOK_RECORDS.items()}
@@ -52,6 +54,7 @@ KIND_NOUNS = {
     "register_execution_backends": "execution backend",
     "register_agent_middleware": "agent middleware",
     "register_agent_options": "agent option",
+    "register_evaluators": "evaluator",
 }
 RecordT = TypeVar(
     "RecordT",
@@ -65,6 +68,7 @@ RecordT = TypeVar(
     ContextProvider,
     CliCommand,
     ExecutionBackend,
+    NamedEvaluator,
 )
 
 

@@ -14,6 +14,7 @@ the host down. Environment controls:
 from __future__ import annotations
 
 import atexit
+import difflib
 import importlib
 import importlib.metadata as md
 import logging
@@ -37,6 +38,7 @@ from .hookspecs import (
     ContextProvider,
     EventSink,
     ExecutionBackend,
+    NamedEvaluator,
     ReflectionStrategy,
     TokenCounter,
     ToolProvider,
@@ -201,6 +203,18 @@ class PluginManager:
                 f"GROUNDSWELL_LOAD_PLUGINS names {name!r}, but no installed plugin has that "
                 f"name (installed: {', '.join(sorted(available)) or 'none'}); only the plugins "
                 "it names load, so fix the name (or use '' to load none)"
+            )
+            self.warnings.append(message)
+            if self.strict if self.strict is not None else strict_plugins():
+                raise PluginError(message, plugin=name)
+            logger.warning(message)
+        for name in sorted(deny - available):
+            # A typo here leaves on the plugin the user meant to turn off.
+            close = difflib.get_close_matches(name, sorted(available), n=1)
+            message = (
+                f"GROUNDSWELL_DISABLE_PLUGINS names {name!r}, but no installed plugin has that "
+                f"name{f' (did you mean {close[0]!r}?)' if close else ''}; it turns nothing off "
+                f"(installed: {', '.join(sorted(available)) or 'none'})"
             )
             self.warnings.append(message)
             if self.strict if self.strict is not None else strict_plugins():
@@ -462,6 +476,10 @@ class PluginManager:
     def agent_options(self) -> dict[str, AgentOption]:
         """The agent options plugins declare (``Agent(name=value)``), by name."""
         return self._collect("register_agent_options", AgentOption)
+
+    def evaluators(self) -> dict[str, NamedEvaluator]:
+        """The eval evaluators plugins add (`groundswell.evals`), by name."""
+        return self._collect("register_evaluators", NamedEvaluator)
 
     # -- event sinks -----------------------------------------------------------------
 

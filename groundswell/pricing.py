@@ -32,6 +32,7 @@ from .node import EventNode, cache_share, metrics_of, own_metrics, payload_of, s
 
 __all__ = [
     "BATCH_DISCOUNT",
+    "SPEND",
     "DollarLimits",
     "Price",
     "Rates",
@@ -261,6 +262,9 @@ class Spend:
 
 
 _spend: ContextVar[Spend | None] = ContextVar("groundswell_spend", default=None)
+#: The dollar budgets counting here (``SPEND.get()`` is None when none is): read by the
+#: agent loop before it calls `charge`, which a call with no budget and no cache write skips.
+SPEND = _spend
 
 
 def current_spend(budget: Any = None) -> Spend | None:

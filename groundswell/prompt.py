@@ -264,7 +264,9 @@ class PromptOverrides(RequestSettings):
     ``tools``, ``mcps``,
     ``skills``, ``hooks``, ``env``, ``max_turns``, ``token_budget`` (a
     `TokenBudget`), ``context_ttl``, ``context_retention``, ``cache`` (a backend name or
-    `Cache`), ``disable_cache``, ``enable_reflection``,
+    `Cache`), ``enable_cache``/``disable_cache`` (either spelling: ``enable_cache=False``
+    is ``disable_cache=True``; ``enable_cache=True`` also turns the answer cache on for
+    an agent built without one), ``enable_reflection``,
     ``reflection`` (a `ReflectionConfig`) and ``middleware`` (registered
     names or `Middleware` instances added to the agent's for this call).
     """
@@ -281,6 +283,7 @@ class PromptOverrides(RequestSettings):
     context_retention: str | None = None
     cache: Any = None
     disable_cache: bool | None = None
+    enable_cache: bool | None = None
     enable_reflection: bool | None = None
     reflection: ReflectionConfig | None = None
     middleware: Sequence[Any] | None = None
@@ -289,6 +292,12 @@ class PromptOverrides(RequestSettings):
         owner = "PromptOverrides"
         check_settings(owner, self.set_fields())
         check_flag("disable_cache", self.disable_cache, owner)
+        check_flag("enable_cache", self.enable_cache, owner)
+        if self.enable_cache is not None and self.disable_cache is self.enable_cache:
+            raise ConfigurationError(
+                f"{owner}: enable_cache={self.enable_cache} and disable_cache="
+                f"{self.disable_cache} say opposite things; give one of them"
+            )
         if self.tools is not None:
             check_tools(self.tools, owner)
         if self.mcps is not None:

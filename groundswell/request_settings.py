@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, TypedDict, TypeVar
 
 from ._scrub import REDACTED, is_secret_field
+from .errors import ConfigurationError
 from .request_fields import unknown_fields
 
 __all__ = [
@@ -127,6 +128,16 @@ def set_fields_repr(obj: Any, first: str | None = None) -> str:
     return f"{type(obj).__name__}({', '.join(shown)})"
 
 
+# What other agent frameworks (pydantic-ai among them) call our fields.
+_ELSEWHERE = {
+    "output_type": "response_format",
+    "result_type": "response_format",
+    "response_format": "response_format",  # for PromptOverrides, which has none
+    "system_prompt": "system",
+    "instructions": "system",
+}
+
+
 def takes_request_fields(cls: C) -> C:
     """Let the dataclass ``cls`` take any request field of the SDK's by name.
 
@@ -138,9 +149,30 @@ def takes_request_fields(cls: C) -> C:
     name = cls.__name__
 
     @functools.wraps(init)
-    def __init__(self: Any, **given: Any) -> None:
+    def __init__(self: Any, *args: Any, **given: Any) -> None:
+        if args:  # Python's own message would count self and say nothing of the keywords
+            example = (
+                f"{name}(user={args[0]!r:.40})"
+                if "user" in own and "user" not in given
+                else f"{name}(model=..., temperature=...)"
+            )
+            raise ConfigurationError(
+                f"{name} takes keyword arguments only, got {len(args)} positional; name "
+                f"each one: {example}"
+            )
         extra = [key for key in given if key not in own]
         if extra:
+            for key in extra:
+                meant = _ELSEWHERE.get(key)
+                if meant in own:  # another framework's name for one of ours
+                    raise ConfigurationError(
+                        f"{name}: {key!r} is not a setting; did you mean {meant}=...?"
+                    )
+                if meant == "response_format":
+                    raise ConfigurationError(
+                        f"{name}: {key!r} is not a setting; the answer's type is set per "
+                        "prompt: Prompt(user=..., response_format=...)"
+                    )
             unknown_fields(name, extra, own)
             more = dict(given.get("request_fields") or {})
             for key in extra:

@@ -9,11 +9,13 @@ concurrent branches mount correctly with no plumbing and no cross-talk.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from contextvars import ContextVar, Token
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .events import Event
+from .events import Event, RunSinks
 from .node import start_record
 from .plugins import get_plugin_manager
 from .tree import EventNode, EventTree
@@ -23,17 +25,23 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Frame",
+    "RunWatch",
     "current_agent",
     "current_frame",
     "current_node",
     "current_tree",
+    "current_watch",
     "enter_frame",
     "new_run_tree",
     "observe_run",
     "record_event",
     "reset_frame",
     "set_frame",
+    "unwatch_runs",
+    "watch_runs",
 ]
+
+logger = logging.getLogger("groundswell.sinks")
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,15 +122,75 @@ def record_event(type: str, **data: Any) -> dict[str, Any] | None:
     return frame.tree.add_event(frame.node, type, **data)
 
 
+@dataclass(slots=True)
+class RunWatch:
+    """A live observer of the runs started in one context (`watch_runs`), on the run's thread.
+
+    ``on_event`` gets every change of their trees as it happens (sinks get them
+    on their own threads, later); ``on_stream`` gets ``(PromptRun, StreamEvent)``
+    for every prompt in them that no ``agent.stream()`` consumer reads: such a
+    prompt streams its model calls so that its deltas reach the watch.
+    ``state`` seeds ``ctx.state`` of the first workflow run at top level.
+    Both callables must be quick and must not raise: they run inside the run.
+    """
+
+    on_event: Callable[[Event], None]
+    on_stream: Callable[[Any, Any], None] | None = None
+    state: dict[str, Any] | None = None
+
+
+_watch: ContextVar[RunWatch | None] = ContextVar("groundswell_watch", default=None)
+
+
+def watch_runs(watch: RunWatch) -> Token[RunWatch | None]:
+    """Send what the runs started from here on (in this context) do to ``watch``.
+
+    For adapters that relay a run live (AG-UI); pass the token to `unwatch_runs`.
+    """
+    return _watch.set(watch)
+
+
+def unwatch_runs(token: Token[RunWatch | None]) -> None:
+    """Stop the `watch_runs` that gave ``token``."""
+    _watch.reset(token)
+
+
+#: ``current_watch()``: the `RunWatch` of the calling context, or ``None``. The context
+#: variable's own ``get``: every prompt asks, and a function around it costs a frame.
+current_watch: Callable[[], RunWatch | None] = _watch.get
+
+
+class _Watched(RunSinks):
+    """A watched run's delivery: its sinks (as a `RunSinks`, so `observe_run` still
+    finds them), then the watch."""
+
+    __slots__ = ("watch",)
+
+    def __init__(self, base: Callable[[Event], None] | None, watch: RunWatch) -> None:
+        super().__init__(base, ())
+        self.watch = watch
+
+    def __call__(self, event: Event) -> None:
+        RunSinks.__call__(self, event)
+        try:
+            self.watch.on_event(event)
+        except Exception:  # an observer never breaks the run it watches
+            logger.exception("a run watcher failed on a %s event", event.kind)
+
+
 def new_run_tree() -> EventTree:
     """A fresh tree for a top-level run, wired to the event sinks that take every run.
 
     When no sink takes every run, the tree is not observed at all (a run costs
     nothing for sinks) until code in the run asks for one with `observe_run`.
+    A run started under `watch_runs` also sends its changes to the watch.
     """
     tree = EventTree()
     deliver = get_plugin_manager().sink_hub().run_delivery()
-    if deliver is not None:
+    watch = _watch.get()
+    if watch is not None:
+        tree.dispatch_to(_Watched(deliver, watch))
+    elif deliver is not None:
         tree.dispatch_to(deliver)
     return tree
 

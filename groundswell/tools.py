@@ -29,7 +29,7 @@ import pydantic
 from pydantic import BaseModel
 
 from .cache import ToolCachePolicy
-from .errors import ConfigurationError, ToolError
+from .errors import ConfigurationError, ToolDefinitionError, ToolError
 from .plugins import get_plugin_manager
 from .settings_check import check_api_item
 from .tree import NodeType
@@ -304,6 +304,34 @@ class ToolHandler(typing.Protocol):
         ...
 
 
+def _bad_name(name: str, from_function: bool) -> str:
+    """Why ``name`` cannot name a tool, and how to name it."""
+    if from_function and name == "<lambda>":
+        return (
+            "a lambda has no name the model can call it by: give one with "
+            "Tool(fn, name='lookup_order') (1-64 letters, digits, '_' or '-'), or write a def"
+        )
+    fix = "pass Tool(fn, name=...)" if from_function else "choose another name"
+    return f"tool name {name!r} is invalid: use 1-64 letters, digits, '_' or '-' ({fix})"
+
+
+def _schema_error(tool: str, fields: dict[str, Any], exc: Exception) -> str:
+    """The parameter whose type has no JSON schema, and what a tool author can do about it."""
+    for annotation, info in fields.values():
+        try:
+            pydantic.TypeAdapter(annotation)
+        except Exception:
+            kind = getattr(annotation, "__name__", None) or repr(annotation)
+            return (
+                f"tool {tool!r}: parameter {info.alias!r} has type {kind}, which has no JSON "
+                "schema, so the model cannot send it; use a JSON type (str, int, float, bool, "
+                "list, dict, a Literal, an Enum, a pydantic model, a dataclass or a TypedDict "
+                "of those), or pass the object as deps (Agent(deps_type=...)) and read it "
+                "from a ToolContext parameter (ctx.deps) instead"
+            )
+    return f"tool {tool!r}: cannot build an input schema: {exc}"
+
+
 def _doc_parts(fn: Callable[..., Any]) -> tuple[str, dict[str, str]]:
     """The description (docstring before ``Args:``) and per-argument descriptions."""
     doc = inspect.getdoc(fn) or ""
@@ -370,9 +398,9 @@ class Tool:
         checkpoint: bool = True,
     ) -> None:
         if not callable(fn):
-            raise ToolError(f"a tool needs a callable, got {type(fn).__name__}")
+            raise ToolDefinitionError(f"a tool needs a callable, got {type(fn).__name__}")
         if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
-            raise ToolError(
+            raise ToolDefinitionError(
                 f"tool {getattr(fn, '__name__', fn)!r} is a generator; a tool must return its "
                 "whole result (return a list or a string instead of yielding)"
             )
@@ -410,9 +438,7 @@ class Tool:
         self.checkpoint = checkpoint
         self.name: str = name or str(getattr(fn, "__name__", ""))
         if not _NAME.match(self.name):
-            raise ToolError(
-                f"tool name {self.name!r} is invalid: use 1-64 letters, digits, '_' or '-'"
-            )
+            raise ToolDefinitionError(_bad_name(self.name, name is None))
         doc, arg_docs = _doc_parts(fn)
         self.description = description if description is not None else doc or self.name
         self._context_param: str | None = None
@@ -429,7 +455,10 @@ class Tool:
         try:
             hints = get_type_hints(self.fn, include_extras=True)
         except Exception as exc:
-            raise ToolError(f"tool {self.name!r}: cannot resolve its type hints: {exc}") from exc
+            raise ToolDefinitionError(
+                f"tool {self.name!r}: cannot resolve its type hints: {exc} (define or import "
+                "every type its annotations name where the function is defined)"
+            ) from exc
         fields: dict[str, Any] = {}
         for param in inspect.signature(self.fn).parameters.values():
             if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
@@ -439,7 +468,7 @@ class Tool:
                 self._context_param = param.name
                 continue
             if param.kind is param.POSITIONAL_ONLY:
-                raise ToolError(
+                raise ToolDefinitionError(
                     f"tool {self.name!r}: parameter {param.name!r} is positional-only; tools are "
                     "called with keyword arguments (remove the '/' from the signature)"
                 )
@@ -453,7 +482,7 @@ class Tool:
         try:
             return pydantic.create_model(f"{self.name}_input", **fields)
         except Exception as exc:
-            raise ToolError(f"tool {self.name!r}: cannot build an input schema: {exc}") from exc
+            raise ToolDefinitionError(_schema_error(self.name, fields, exc)) from exc
 
     def definition(self) -> dict[str, Any]:
         """The Anthropic tool definition."""

@@ -400,7 +400,9 @@ class EventTree:
     def load_all(cls, path: str | os.PathLike[str]) -> list[EventTree]:
         """Replay a JSONL event log into one tree per run, in the order the runs started.
 
-        A last line cut short (a writer that crashed mid-line) is ignored.
+        A last line cut short (a writer that crashed mid-line: the start of a
+        record) is ignored; any other line that is not JSON is a `ValueError`
+        naming the file and line.
         """
         lines = Path(path).read_text(encoding="utf-8").splitlines()
         records: list[Any] = []
@@ -410,9 +412,12 @@ class EventTree:
             try:
                 records.append(json.loads(line))
             except json.JSONDecodeError as exc:
-                if lineno == len(lines):
+                if lineno == len(lines) and line.lstrip().startswith("{"):
                     break
-                raise ValueError(f"{path}, line {lineno}: not JSON ({exc.msg})") from exc
+                raise ValueError(
+                    f"{path}, line {lineno}: not JSON ({exc.msg}); an event log has one JSON "
+                    "event record per line"
+                ) from exc
             except RecursionError:
                 raise ValueError(f"{path}, line {lineno}: JSON nested too deeply to read") from None
         return cls.replay_all(records)

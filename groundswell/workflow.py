@@ -46,10 +46,18 @@ from .prompt import check_cache_name
 from .questions import NO_DEFAULT, ask_question
 from .reflection import ReflectionAPI, ReflectionConfig, resolve_config, retry_step
 from .revision import replace_last_prompt
-from .run_context import Frame, current_frame, enter_frame, new_run_tree, reset_frame, set_frame
+from .run_context import (
+    Frame,
+    current_frame,
+    current_watch,
+    enter_frame,
+    new_run_tree,
+    reset_frame,
+    set_frame,
+)
 from .step_body import call_body, check_awaited, start_body, within_timeout
 from .tree import EventNode, EventTree, NodeStatus, NodeType
-from .workflow_input import input_model, validate_input
+from .workflow_input import call_error, check_takes_ctx, input_model, validate_input
 from .workflow_options import WorkflowOptions, check_batch, refuse_unknown
 
 __all__ = [
@@ -475,6 +483,7 @@ class Workflow(Generic[P, T]):
             )
         self.executor = executor
         self.name: str = name or str(getattr(executor, "__name__", "workflow"))
+        check_takes_ctx(self.name, executor, WorkflowContext)
         label = f"workflow {self.name!r}"
         check_cache_name(cache, label)
         #: Cache backend (a name or a Cache) for agents inside that enable caching
@@ -575,6 +584,12 @@ class Workflow(Generic[P, T]):
             inherited = self._backend == LOCAL and outer is not None and outer.workflow is not None
             engine = outer.workflow.engine if inherited else get_engine(self._backend)  # type: ignore[union-attr]
         ctx = WorkflowContext(self, tree, node, parent_wf, engine)
+        if outer is None:
+            watch = current_watch()
+            if watch is not None and watch.state is not None:  # an AG-UI client's state
+                ctx.state.update(copy.deepcopy(watch.state))
+                ctx._last_state = jsonable(ctx.state)
+                watch.state = None  # for this run only, not for the next one started here
         if ctx.cache is None and outer is not None and outer.workflow is not None:
             ctx.cache = outer.workflow.cache
         if ctx.batch is None and outer is not None and outer.workflow is not None:
@@ -585,7 +600,14 @@ class Workflow(Generic[P, T]):
         )
         started = time.perf_counter()
         try:
-            output = await self.executor(ctx, *args, **kwargs)
+            try:
+                running = self.executor(ctx, *args, **kwargs)
+            except TypeError:  # the arguments do not fit (Python's message counts ctx)
+                wrong = call_error(self.name, self.executor, args, kwargs)
+                if wrong is None:
+                    raise
+                raise ConfigurationError(wrong) from None
+            output = await running
             if ctx._unstarted or output.__class__ is CoroutineType:  # a forgotten `await`
                 check_awaited(self.name, ctx._unstarted, output)
         except BaseException as exc:

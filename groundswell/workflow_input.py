@@ -7,6 +7,7 @@ arguments, or a `ConfigurationError` naming what is wrong.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import inspect
 import typing
@@ -17,7 +18,7 @@ import pydantic
 
 from .errors import ConfigurationError
 
-__all__ = ["input_model", "validate_input"]
+__all__ = ["call_error", "check_takes_ctx", "input_model", "validate_input"]
 
 
 @functools.lru_cache(maxsize=256)
@@ -62,3 +63,77 @@ def validate_input(name: str, executor: Callable[..., Any], data: Any) -> dict[s
             f"workflow {name!r}: invalid input ({problems}); expected {sorted(model.model_fields)}"
         ) from exc
     return {field: getattr(checked, field) for field in model.model_fields}
+
+
+_POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+
+
+def check_takes_ctx(name: str, executor: Callable[..., Any], context: type) -> None:
+    """Refuse a workflow function with no parameter to take ``ctx`` (its first argument).
+
+    A first parameter annotated with a class that ``context`` (`WorkflowContext`)
+    is no kind of (``name: str``) was meant for an argument: ctx was forgotten.
+    """
+    try:
+        params = list(inspect.signature(executor).parameters.values())
+    except (TypeError, ValueError):  # no signature to read: the call will tell
+        return
+    fix = (
+        "a workflow function gets its WorkflowContext as the first argument: "
+        f"async def {name}(ctx, ...)"
+    )
+    if not params or params[0].kind not in (*_POSITIONAL, params[0].VAR_POSITIONAL):
+        raise ConfigurationError(
+            f"workflow {name!r}: its function takes no parameter for ctx; {fix}"
+        )
+    first = params[0]
+    try:
+        annotation = typing.get_type_hints(executor).get(first.name)
+    except Exception:
+        return
+    try:
+        wrong = (
+            isinstance(annotation, type)
+            and annotation is not Any  # a class since Python 3.11
+            and not issubclass(context, annotation)
+        )
+    except TypeError:  # a Protocol that is not runtime-checkable, say
+        return
+    if wrong:
+        raise ConfigurationError(
+            f"workflow {name!r}: its first parameter {first.name!r} is a "
+            f"{getattr(annotation, '__name__', annotation)}, but the first argument is the "
+            f"WorkflowContext (ctx); {fix}"
+        )
+
+
+def call_error(name: str, executor: Callable[..., Any], args: Any, kwargs: Any) -> str | None:
+    """What is wrong with calling workflow ``name`` with ``args`` and ``kwargs``, else None.
+
+    Bound against the parameters after ``ctx``; called only once a call failed,
+    so a right call never pays for it.
+    """
+    try:
+        try:  # the annotations as types (`str`), not the strings postponed ones are
+            params = list(inspect.signature(executor, eval_str=True).parameters.values())[1:]
+        except Exception:
+            params = list(inspect.signature(executor).parameters.values())[1:]
+    except (TypeError, ValueError):
+        return None
+    signature = inspect.Signature(params)
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError as exc:
+        wrong = str(exc)
+        names = [p.name for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+        unknown = [k for k in kwargs if k not in names]
+        close = difflib.get_close_matches(unknown[0], names, n=1) if unknown else []
+        if close:
+            wrong += f" (did you mean {close[0]!r}?)"
+        elif "positional" in wrong:
+            wrong += f" ({len(args)} given)"
+        return (
+            f"workflow {name!r} was called with the wrong arguments: {wrong}; it takes "
+            f"{signature} after ctx, which is passed for you (wf.run(...) takes the rest)"
+        )
+    return None

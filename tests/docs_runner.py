@@ -1,8 +1,8 @@
 """Run the Python blocks of one documentation page as a reader would, and check their output.
 
 Run by ``tests/test_docs.py``, one fresh process per page, in an empty
-folder and an offline environment (no API key; the SDK pointed at a loopback
-``FakeAnthropicAPI``)::
+folder and a reader's environment (no API key, no ``ANTHROPIC_BASE_URL``: a
+snippet brings its own fake, ``auto_client()`` or ``FakeAnthropicAPI``)::
 
     python tests/docs_runner.py docs/agents.md
 
@@ -11,14 +11,25 @@ folder and an offline environment (no API key; the SDK pointed at a loopback
 The convention the pages follow:
 
 - Every ```` ```python ```` block runs, in page order, in one namespace (like a
-  notebook), exactly as printed. Top-level ``await`` is allowed; all such
-  blocks share one event loop. A block may call ``asyncio.run(...)`` itself.
+  notebook), exactly as printed, in one of two ways, chosen by the page:
+
+  - a *script* page (no block uses top-level ``await``) runs as ``python``
+    runs a script: no event loop runs between statements, and a block starts
+    its async code with ``asyncio.run(...)`` (or ``run_sync``);
+  - a *session* page (some block uses top-level ``await``) runs as
+    ``python -m asyncio`` or a notebook runs it: every block runs inside one
+    running event loop, so ``asyncio.run(...)`` there fails as it would for
+    the reader.
 - A block whose first line is a comment starting with ``# fragment`` is only
   compiled.
 - A block whose first line is ``# file: NAME`` is a file the reader saves: it is
   compiled and written to ``NAME`` in the current folder, not run. Later blocks
   run it (``subprocess.run([sys.executable, "NAME"])``) or import it, as the
   reader would.
+- A ``# file: test_NAME.py`` block is a test file: once the page's blocks have
+  run, the page's test files run with pytest (pytest-asyncio in auto mode, as
+  docs/testing.md sets it up), and every test must pass. Tests live only
+  there: a block that runs and defines a ``test_*`` function is an error.
 - A ```` ```output ```` block directly after a Python block (only blank lines
   between) is that block's expected stdout. Durations (``12.3ms``) and ids
   that vary are normalised on both sides first, and a line that is just
@@ -36,8 +47,10 @@ import ast
 import asyncio
 import builtins
 import difflib
+import inspect
 import io
 import re
+import subprocess
 import sys
 import traceback
 import types
@@ -47,7 +60,7 @@ from typing import NoReturn, TextIO
 
 FENCE = re.compile(r"^(?P<indent> *)(?P<fence>`{3,}|~{3,})\s*(?P<info>[^`]*?)\s*$")
 FRAGMENT = re.compile(r"#\s*fragment\b", re.IGNORECASE)
-FILE = re.compile(r"#\s*file:\s*(?P<name>[\w.-]+\.py)\s*$")
+FILE = re.compile(r"#\s*file:\s*(?P<name>(?:[\w.-]+/)*[\w.-]+\.py)\s*$")
 NORMALISE = [
     (re.compile(r"\d+(?:\.\d+)?(?:ns|µs|us|ms|s)\b"), "<duration>"),
     (re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b"), "<uuid>"),
@@ -74,6 +87,10 @@ class Block:
     @property
     def is_fragment(self) -> bool:
         return bool(FRAGMENT.match(self.first_line))
+
+    @property
+    def is_test_file(self) -> bool:
+        return bool(self.file_name and Path(self.file_name).name.startswith("test_"))
 
     @property
     def file_name(self) -> str | None:
@@ -145,6 +162,23 @@ def parse(page: Path) -> list[Block]:
             previous = None
         i = j + 1
     return blocks
+
+
+def awaits_at_top_level(code: types.CodeType) -> bool:
+    """Whether a block compiled with top-level ``await`` allowed uses it (it is then a
+    coroutine's code, as in ``python -m asyncio``)."""
+    return bool(code.co_flags & inspect.CO_COROUTINE)
+
+
+def defines_tests(block: Block) -> list[str]:
+    """The ``test_*`` functions a block defines at its top level."""
+    tree = ast.parse(block.code)
+    return [
+        node.name
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.name.startswith("test_")
+    ]
 
 
 def normalise(text: str) -> list[str]:
@@ -241,6 +275,22 @@ def run_page(page: Path) -> int:
         except SyntaxError as exc:
             shown_error = "".join(traceback.format_exception_only(exc))
             fail(f"{block.where(page)} is not valid Python:\n{shown_error}")
+        if block.file_name:  # a file runs as a module or a script: no top-level await
+            try:
+                compile(block.code, block.file_name, "exec", dont_inherit=True)
+            except SyntaxError as exc:
+                fail(f"{block.where(page)} is a file but not valid Python as one: {exc}")
+        elif not block.is_fragment and (tests := defines_tests(block)):
+            fail(
+                f"{block.where(page)} defines {', '.join(tests)}: a test goes in a block whose "
+                "first line is `# file: test_NAME.py` (saved and run with pytest), so it is a "
+                "valid test file as printed"
+            )
+    runnable = [
+        (b, c) for b, c in zip(blocks, compiled, strict=True) if not (b.is_fragment or b.file_name)
+    ]
+    # One way of running for the whole page, as the reader has one environment for it.
+    session = any(awaits_at_top_level(code) for _, code in runnable)
 
     # The page's code runs as the __main__ module of `python page.py` in the current folder.
     script = str(Path.cwd() / "page.py")
@@ -253,24 +303,26 @@ def run_page(page: Path) -> int:
     loop = asyncio.new_event_loop()
     real_stdout = sys.stdout
     ran = 0
-    runnable = [block for block in blocks if not (block.is_fragment or block.file_name)]
+    last = runnable[-1][0] if runnable else None
     for block, code in zip(blocks, compiled, strict=True):
         if block.is_fragment:
             continue
         if block.file_name:
+            Path(block.file_name).parent.mkdir(parents=True, exist_ok=True)  # a package's
             Path(block.file_name).write_text(block.code, encoding="utf-8")
             continue
         exited = False
         tee = Tee(real_stdout)
         sys.stdout = tee
         try:
-            result = eval(code, main.__dict__)
-            if asyncio.iscoroutine(result):
+            if session:  # inside the running loop, as `python -m asyncio` runs each input
                 asyncio.set_event_loop(loop)
-                loop.run_until_complete(result)
+                loop.run_until_complete(_in_loop(code, main.__dict__))
+            else:  # as `python` runs a script: no loop runs here
+                eval(code, main.__dict__)
         except SystemExit as exc:
             exited = exc.code in (None, 0)  # a script may end with sys.exit(0)
-            if not exited or block is not runnable[-1]:
+            if not exited or block is not last:
                 sys.stdout = real_stdout
                 fail(f"{block.where(page)} exits ({exc!r}) before the page ends\n{_printed(tee)}")
         except BaseException as exc:  # KeyboardInterrupt too
@@ -285,7 +337,37 @@ def run_page(page: Path) -> int:
             break
     loop.run_until_complete(loop.shutdown_asyncgens())
     loop.close()
+    run_test_files(page, [block for block in blocks if block.is_test_file])
     return ran
+
+
+async def _in_loop(code: types.CodeType, namespace: dict[str, object]) -> None:
+    result = eval(code, namespace)
+    if asyncio.iscoroutine(result):
+        await result
+
+
+# The reader's pytest set up as docs/testing.md says: async tests run by pytest-asyncio.
+PYTEST = [
+    "-m", "pytest", "-q", "-p", "no:cacheprovider",
+    "-o", "asyncio_mode=auto", "-o", "asyncio_default_fixture_loop_scope=function",
+]  # fmt: skip
+
+
+def run_test_files(page: Path, tests: list[Block]) -> None:
+    """Run the page's test files with pytest, as the reader would once they are saved."""
+    if not tests:
+        return
+    names = [block.file_name or "" for block in tests]
+    out = subprocess.run(
+        [sys.executable, *PYTEST, *names], capture_output=True, text=True, check=False
+    )
+    print(out.stdout, end="")
+    if out.returncode != 0:
+        fail(
+            f"{shown(page)}: its test files ({', '.join(names)}) fail under pytest "
+            f"(exit {out.returncode}):\n{out.stdout}{out.stderr}"
+        )
 
 
 def check_output(page: Path, block: Block, printed: str) -> None:

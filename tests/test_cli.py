@@ -273,11 +273,11 @@ def test_plugins_all_lists_agent_middleware_with_order_and_default(
     assert data["lru"]["agent_middleware"] == []
 
 
-def test_examples_lists_all_eleven_with_titles() -> None:
+def test_examples_lists_all_twelve_with_titles() -> None:
     out = gs("examples")
     assert out.returncode == 0, out.stderr
     rows = [ln for ln in out.stdout.splitlines() if re.match(r"^\s*\d+  ", ln)]
-    assert [int(r.split()[0]) for r in rows] == list(range(1, 12))
+    assert [int(r.split()[0]) for r in rows] == list(range(1, 13))
     assert "03_one_agent_many_workflows" in rows[2] and "one agent used across" in rows[2]
     assert "groundswell examples run" in out.stdout
 
@@ -335,6 +335,11 @@ def test_a_failing_example_fails_the_run(tmp_path: Path) -> None:
         ["approve"],
         ["reject"],
         ["answer"],
+        ["ui"],
+        ["eval"],
+        ["eval", "run"],
+        ["eval", "capture"],
+        ["eval", "fork"],
     ],
 )
 def test_every_command_has_help(argv: list[str]) -> None:

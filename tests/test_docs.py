@@ -8,12 +8,9 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from groundswell.testing import FakeAnthropicAPI, LoopbackServer
 
 from . import docs_runner
 
@@ -86,25 +83,19 @@ def test_budgets_page_example_runs_and_shows_budget_nodes() -> None:
     assert int(before) > 2_000 >= int(after)  # input limit: max_total 2,500 - 500 reserved
 
 
-@pytest.fixture(scope="module")
-def fake_api() -> Iterator[LoopbackServer]:
-    """The schema-aware fake on a loopback port: what `Agent()` without a client talks to."""
-    with FakeAnthropicAPI().serve() as server:
-        yield server
+def page_env(home: Path) -> dict[str, str]:
+    """A reader's environment: no key, no fake behind ``ANTHROPIC_BASE_URL``, no settings.
 
-
-def page_env(base_url: str, home: Path) -> dict[str, str]:
-    """A reader's environment, offline: no key, the SDK pointed at the fake, no settings."""
+    A snippet that calls the model must bring its own fake (``auto_client()``,
+    ``FakeAnthropicAPI(...).client()``, ``use_fake()``), so it runs offline when
+    copied, or be a ``# fragment``.
+    """
     env = {
         k: v
         for k, v in os.environ.items()
         if not k.startswith(("ANTHROPIC_", "GROUNDSWELL_", "OTEL_", "DBOS_"))
     }
-    env.update(
-        ANTHROPIC_BASE_URL=base_url,
-        ANTHROPIC_AUTH_TOKEN="fake",
-        HOME=str(home),  # ~/.groundswell (history, DBOS) lands in the temporary folder
-    )
+    env["HOME"] = str(home)  # ~/.groundswell (history, DBOS) lands in the temporary folder
     return env
 
 
@@ -122,10 +113,10 @@ def run_page(page: Path, env: dict[str, str], cwd: Path) -> subprocess.Completed
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
 def test_every_python_block_of_the_page_runs_as_printed(
-    page: Path, fake_api: LoopbackServer, tmp_path: Path, request: pytest.FixtureRequest
+    page: Path, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     code = "".join(b.code for b in docs_runner.parse(page) if not b.is_fragment)
-    env = page_env(fake_api.base_url, tmp_path)
+    env = page_env(tmp_path)
     for variable, fixture in SERVICES.items():
         if variable in code:
             request.getfixturevalue(fixture)  # skips (or fails in CI) without the server
@@ -152,7 +143,7 @@ def test_a_failing_block_is_named_with_its_line_traceback_and_output(tmp_path: P
     page.write_text(
         "# Guide\n\n```python\nx = 1\n```\n\nThen:\n\n```python\nprint(x)\nprint(add(1, 2))\n```\n"
     )
-    out = run_page(page, page_env("http://127.0.0.1:9", tmp_path), tmp_path)
+    out = run_page(page, page_env(tmp_path), tmp_path)
     assert out.returncode == 1
     assert f"{page} block 2 (line 9: `print(x)`) raised:" in out.stderr
     assert f'File "{page}", line 11, in <module>' in out.stderr  # the page's own line
@@ -170,10 +161,10 @@ def test_output_blocks_are_compared_after_normalising_and_ellipses(tmp_path: Pat
         "print(f'took {asyncio.get_running_loop().time() % 100:.1f}ms, id {id(answer)}')\n"
         "for i in range(3):\n    print(i)\n```\n\n"
         "```output\n42\ntook 1.2ms, id 9f86d081884c7d65\n...\n2\n```\n\n"
-        "```python\nprint(asyncio.run(answer()))  # no loop runs between blocks\n```\n\n"
+        "```python\nprint(await answer())\n```\n\n"
         "```output\n{expected}\n```\n"
     )
-    env = page_env("http://127.0.0.1:9", tmp_path)
+    env = page_env(tmp_path)
     page.write_text(text.replace("{expected}", "42"))
     ok = run_page(page, env, tmp_path)
     assert ok.returncode == 0, ok.stderr
@@ -181,9 +172,72 @@ def test_output_blocks_are_compared_after_normalising_and_ellipses(tmp_path: Pat
     page.write_text(text.replace("{expected}", "41"))
     wrong = run_page(page, env, tmp_path)
     assert wrong.returncode == 1
-    assert f"{page} block 4 (line 28: `print(asyncio.run(answer()))" in wrong.stderr
+    assert f"{page} block 4 (line 28: `print(await answer())`)" in wrong.stderr
     assert "printed something other than its output block" in wrong.stderr
     assert "-41\n+42" in wrong.stderr
+
+
+def test_a_page_runs_as_a_script_or_as_a_session_never_both(tmp_path: Path) -> None:
+    page = tmp_path / "guide.md"
+    define = "```python\nimport asyncio\n\n\nasync def answer() -> int:\n    return 42\n```\n\n"
+    script = "```python\nprint(asyncio.run(answer()))\n```\n"
+    page.write_text(define + script)  # no top-level await: `python` runs it as printed
+    out = run_page(page, page_env(tmp_path), tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "42\n"
+    # One top-level await makes it a session (`python -m asyncio`, a notebook), where
+    # a loop is running and asyncio.run() fails for the reader, as it does here.
+    page.write_text(define + "```python\nprint(await answer())\n```\n\n" + script)
+    mixed = run_page(page, page_env(tmp_path), tmp_path)
+    assert mixed.returncode == 1
+    assert "block 3 (line 13: `print(asyncio.run(answer()))`) raised" in mixed.stderr
+    assert "asyncio.run() cannot be called from a running event loop" in mixed.stderr
+
+
+def test_a_snippet_that_needs_an_api_key_fails_its_page(tmp_path: Path) -> None:
+    # The page runs in a reader's environment: no key and no fake behind the SDK.
+    page = tmp_path / "guide.md"
+    agent = "```python\nfrom groundswell import Agent\n\nagent = Agent(name='bare'{client})\n"
+    run = "print(agent.run_sync('Hi').node.status.value)\n```\n"
+    page.write_text(agent.replace("{client}", "") + run)
+    out = run_page(page, page_env(tmp_path), tmp_path)
+    assert out.returncode == 1
+    assert "agent 'bare' has no API key" in out.stderr
+    offline = ", client=__import__('groundswell.testing').testing.auto_client()"
+    page.write_text(agent.replace("{client}", offline) + run)
+    ok = run_page(page, page_env(tmp_path), tmp_path)
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout == "completed\n"
+
+
+def test_test_files_run_under_pytest_after_the_page(tmp_path: Path) -> None:
+    page = tmp_path / "guide.md"
+    app = "```python\n# file: app.py\ndef double(x: int) -> int:\n    return 2 * x\n```\n\n"
+    test = (
+        "```python\n# file: test_app.py\nfrom app import double\n\n\n"
+        "async def test_double():\n    assert double(2) == {expected}\n```\n"
+    )
+    page.write_text(app + test.replace("{expected}", "4"))
+    ok = run_page(page, page_env(tmp_path), tmp_path)
+    assert ok.returncode == 0, ok.stderr
+    assert "1 passed" in ok.stdout
+    page.write_text(app + test.replace("{expected}", "5"))
+    failing = run_page(page, page_env(tmp_path), tmp_path)
+    assert failing.returncode == 1
+    assert "its test files (test_app.py) fail under pytest" in failing.stderr
+    assert "assert 4 == 5" in failing.stderr
+
+
+def test_a_test_outside_a_test_file_fails_its_page(tmp_path: Path) -> None:
+    page = tmp_path / "guide.md"
+    page.write_text(
+        "```python\nasync def test_x():\n    assert True\n\n\n"
+        "await test_x()  # pytest calls it for you\n```\n"
+    )
+    out = run_page(page, page_env(tmp_path), tmp_path)
+    assert out.returncode == 1
+    assert "block 1 (line 1: `async def test_x():`) defines test_x" in out.stderr
+    assert "`# file: test_NAME.py`" in out.stderr
 
 
 def test_a_file_block_is_saved_for_later_blocks_to_run_not_run_itself(tmp_path: Path) -> None:
@@ -194,7 +248,7 @@ def test_a_file_block_is_saved_for_later_blocks_to_run_not_run_itself(tmp_path: 
         "print(subprocess.run([sys.executable, 'job.py'], capture_output=True, text=True).stdout)\n"
         "```\n\n```output\njob ran\n```\n"
     )
-    out = run_page(page, page_env("http://127.0.0.1:9", tmp_path), tmp_path)
+    out = run_page(page, page_env(tmp_path), tmp_path)
     assert out.returncode == 0, out.stderr
     assert out.stdout.count("job ran") == 1  # printed by the second process only
     assert (tmp_path / "job.py").read_text() == "# file: job.py\nprint('job ran')\n"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import os
 import re
@@ -12,7 +13,9 @@ from types import ModuleType
 
 import pytest
 
+from groundswell.evals import Report, compare
 from groundswell.testing import FakeAnthropicAPI, FunctionModel, error
+from groundswell.tree import EventTree
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -283,3 +286,53 @@ def test_an_example_whose_api_calls_fail_prints_the_failed_tree_and_one_error_li
     assert "ModelAPIError" in out.stdout  # the failing call is in the tree, marked failed
     assert "Traceback" not in out.stderr
     assert out.stderr.splitlines()[-1].startswith("error: workflow "), out.stderr
+
+
+def test_evals_example_passes_its_baseline_and_gates_the_careless_prompt(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    example = load("12_evals")
+    baseline, hasty = asyncio.run(example.evaluate(tmp_path))
+    # The careful desk passes every case, on every evaluator (the judge included).
+    assert len(baseline.cases) == 12 and baseline.pass_rate == 1.0
+    refund = baseline.case("refund")
+    assert [s.name for s in refund.runs[0].scores] == [
+        "equals_expected",
+        "no_failed_nodes",
+        "max_model_turns",
+        "max_cost",
+        "judge",
+        "tools_called",
+        "regex",
+    ]
+    assert refund.runs[0].output == "Refunded 25 EUR on A-101."
+    # The judge's prompt is a node of the case's evaluation tree, next to the run's own.
+    judged = EventTree.load(refund.runs[0].eval_trace)
+    assert [n.name for n in judged.find(type="prompt")] == ["judge"]
+    assert Report.load(tmp_path / "baseline.json") == baseline
+
+    # The careless prompt: every case about an order regressed, the two that name none did not.
+    comparison = compare(hasty, baseline)
+    orders = [c.name for c in baseline.cases if c.name not in ("no-order-number", "greeting")]
+    assert [c.name for c in comparison.regressed] == orders
+    assert [c.name for c in comparison.unchanged] == ["no-order-number", "greeting"]
+    assert hasty.case("refund").explain().splitlines() == [
+        "judge: It reassures the customer without any fact from the shop's systems.",
+        "tools_called: not called: lookup_order, refund (called: none)",
+        "regex: /(?i)refunded 25 EUR/ does not match 'Done! Your refund for A-101 is on its way.'",
+    ]
+
+    # The CLI's gate fails on it, naming the regressed cases; its traces go where told.
+    code, said = example.gate(tmp_path)
+    assert code == 1
+    assert said == f"groundswell: 10 cases regressed: {', '.join(orders)}"
+    assert len(list((tmp_path / "gate").glob("*.eval.jsonl"))) == 12
+
+    # The script itself exits 0, shows the regressions and the gate's exit code.
+    capsys.readouterr()
+    assert example.main() == 0
+    out = capsys.readouterr().out
+    assert "12/12 passed" in out
+    assert "  refund            regressed  1.00 → 0.60" in out.splitlines()
+    assert out.rstrip().endswith("exit code 1")
+    assert not list(EXAMPLES.glob(".groundswell")), "the example wrote into the repository"

@@ -135,6 +135,36 @@ async def test_hook_register_event_sinks() -> None:
     assert sink.closed  # unregistering the plugin closes its sink
 
 
+def test_hook_register_evaluators() -> None:
+    from groundswell import NamedEvaluator, evals
+
+    def at_most(words: int = 50) -> Any:
+        return lambda ctx: len(ctx.output_text.split()) <= words
+
+    class Plugin:
+        @hookimpl
+        def register_evaluators(self) -> NamedEvaluator:
+            return NamedEvaluator("at_most", at_most, "at most N words")
+
+    manager = PluginManager()
+    manager.register(Plugin(), name="words")
+    record = manager.evaluators()["at_most"]
+    assert (record.name, record.description) == ("at_most", "at most N words")
+    assert manager.lookup("register_evaluators", "at_most") == record
+    # Not called until a dataset names it; then with the dataset's argument.
+    check = record.factory(3)
+    context = evals.EvaluatorContext(
+        name="c",
+        inputs={},
+        metadata={},
+        expected_output=None,
+        output="one two",
+        duration=0.0,
+        tree=groundswell.EventTree(),
+    )
+    assert check(context) is True
+
+
 def test_hook_register_tool_providers() -> None:
     class Plugin:
         @hookimpl
@@ -299,6 +329,7 @@ def test_every_hook_has_a_test_and_a_documented_signature() -> None:
         "register_cache_backends",
         "register_cli_commands",
         "register_context_providers",
+        "register_evaluators",
         "register_event_sinks",
         "register_execution_backends",
         "register_reflection_strategies",

@@ -91,12 +91,17 @@ LAYERS: dict[str, int] = {
     # the public API and what only users call
     "groundswell": 7,
     "groundswell.cli": 7,
+    "groundswell.__main__": 7,
     "groundswell._cli_run": 7,
     "groundswell._cli_interrupt": 7,
     "groundswell._cli_waits": 7,
     # answering waits from another process (over HTTP, or a backend a plugin registers)
     "groundswell.waits_client": 7,
     "groundswell.testing": 7,
+    # evals: datasets, evaluators, runs and reports, capture and fork (users and CI call it)
+    "groundswell.evals": 7,
+    # AG-UI: a workflow or an agent served to AG-UI clients (an ASGI app)
+    "groundswell.agui": 7,
     "groundswell.testing._checks": 7,
     "groundswell._examples": 7,
     # old import paths, kept working

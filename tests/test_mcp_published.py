@@ -584,8 +584,8 @@ def test_the_mcp_example_prints_no_server_output() -> None:
 def test_the_doc_pages_using_mcp_servers_print_no_server_output(page: str, tmp_path: Path) -> None:
     from .test_docs import page_env, run_page
 
-    with FakeAnthropicAPI().serve() as api:
-        out = run_page(ROOT / "docs" / page, page_env(api.base_url, tmp_path), tmp_path)
+    # The pages bring their own fake (a reader's environment has none behind a URL).
+    out = run_page(ROOT / "docs" / page, page_env(tmp_path), tmp_path)
     assert out.returncode == 0, out.stderr
     assert not any(marker in out.stdout + out.stderr for marker in SERVER_OUTPUT), out.stderr
 

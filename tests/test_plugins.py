@@ -314,7 +314,7 @@ def test_check_calls_every_registration_hook(lenient: None) -> None:
     manager.register(plugin(), name="broken")
     manager.check()
     failed = {e.split(" raised ")[0] for e in manager.errors["broken"]}
-    assert failed == set(hooks) and len(hooks) == 10
+    assert failed == set(hooks) and len(hooks) == 11
 
 
 def test_every_unknown_name_gets_the_same_error_listing_what_is_available() -> None:

@@ -14,9 +14,7 @@ import inspect
 import os
 import weakref
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
-from typing import Any, Generic, TypeAlias, TypeVar, overload
-
-import anthropic
+from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar, overload
 
 from .._serialize import register_secret
 from ..approval import Approval, Policy, check_approval
@@ -32,7 +30,7 @@ from ..mcp_config import register_mcp_secrets
 from ..plugins import get_plugin_manager
 from ..prompt import NO_OVERRIDES, Prompt, PromptOverrides
 from ..reflection import ReflectionConfig, ReflectionEntry, note_agent, resolve_config
-from ..run_context import current_frame, new_run_tree
+from ..run_context import RunWatch, current_frame, current_watch, new_run_tree
 from ..settings_check import check_flag, check_settings
 from ..skills import check_skills
 from ..tools import DepsT, check_context_ttl, check_timeout, check_tools
@@ -52,6 +50,9 @@ from .overrides import Forced, check, check_client, forced_for, override_agent
 from .overrides import merge as merge_overrides
 from .run import PromptResult, PromptRun, StreamEvent, check_history
 
+if TYPE_CHECKING:  # the SDK is imported when a client is made (`make_client`), not here
+    import anthropic
+
 __all__ = ["DEFAULT_MODEL", "Agent", "create_agent"]
 
 T = TypeVar("T")
@@ -64,6 +65,10 @@ DEFAULT_MODEL = os.environ.get("GROUNDSWELL_MODEL", "claude-sonnet-4-6")
 class Agent(Generic[DepsT]):
     """An LLM agent: a model, instructions, tools and hooks, with typed results.
 
+    ``name`` names its prompt nodes in a run's tree (and its answers in the
+    cache); without one it is ``"agent"``, and a run in which two unnamed
+    agents prompt logs a warning (``groundswell.agent``, once per workflow), since nothing in the
+    tree then tells their nodes apart: name every agent a workflow uses.
     Every field of the installed SDK's ``MessageCreateParams`` (and its beta
     twin) is accepted by its API name and checked against the SDK's type
     (``model``, ``system``, ``tools``, ``tool_choice``, ``max_tokens``,
@@ -621,8 +626,19 @@ class Agent(Generic[DepsT]):
         if client is None:  # not `self.client` first: it would look the override up again
             client = self._client if self._client is not None else self.client
         outer = current_frame()
+        workflow = None
+        plain = overrides is NO_OVERRIDES and not prompt.wins
         if outer is not None and outer.workflow is not None:
+            workflow = outer.workflow
             note_agent(outer.tree, self)  # step- and workflow-level reflection ask its model
+            if workflow.batch is True and settings.get("batch") is None:
+                # The workflow's default, for a prompt that says nothing: a setting of its
+                # own, so the batch layer is chosen like any other (and once per agent).
+                settings = {**settings, "batch": True}
+                plain = False
+        watch = current_watch() if emit is None else None
+        if watch is not None:  # a relayed run (AG-UI): every prompt streams to the watch
+            emit = _watched_emit(watch, lambda: run, settings)
         run = PromptRun(
             agent=self,
             prompt=prompt,
@@ -630,14 +646,14 @@ class Agent(Generic[DepsT]):
             settings=settings,
             tree=outer.tree if outer else new_run_tree(),
             client=client,
-            workflow=outer.workflow if outer else None,
+            workflow=workflow,
             emit=emit,
             history=history,
             deps=deps,
             caught_up=caught_up,
         )
         if not history:
-            if overrides is NO_OVERRIDES and not prompt.wins:
+            if plain:
                 return run_prompt(run, layers_for(run, self._plain_candidates(run)))
             return run_prompt(run, layers_for(run, self._candidates(overrides)))
         # How many, never what: the messages themselves stay out of the tree (set
@@ -676,6 +692,19 @@ _AGENT_RUN = Agent.run
 #: The tasks of the prompts ``agent.stream()`` runs, until they end.
 _STREAMING: set[asyncio.Task[None]] = set()
 _OWN_PARAMETERS = frozenset(inspect.signature(Agent.__init__).parameters) - {"self", "options"}
+
+
+def _watched_emit(
+    watch: RunWatch, run: Callable[[], PromptRun], settings: dict[str, Any]
+) -> Callable[[StreamEvent], None] | None:
+    """Where a prompt no ``agent.stream()`` reads sends its stream events under ``watch``
+    (an AG-UI run relays every prompt's deltas): the watch, or nowhere."""
+    if watch.on_stream is None:
+        return None
+    if settings.get("batch"):  # the Batches API does not stream: the answer comes whole
+        return None
+    on_stream = watch.on_stream
+    return lambda event: on_stream(run(), event)
 
 
 def _effort_of(settings: dict[str, Any], given: Any) -> None:

@@ -16,7 +16,6 @@ from typing import Any
 
 from .._serialize import MAX_ITEMS as _MAX_ITEMS
 from .._serialize import jsonable, jsonable_text
-from ..api_retries import DEFAULT_MAX_RETRY_WAIT
 from ..cache_markers import auto_cache
 from ..errors import (
     ConfigurationError,
@@ -27,10 +26,11 @@ from ..errors import (
 )
 from ..model import api_error, call_model, is_retryable_stream_error
 from ..node import own_metrics
-from ..pricing import cache_share, charge
+from ..pricing import SPEND, cache_share, charge
 from ..run_context import Frame, current_frame, enter_frame, reset_frame, set_frame
 from ..tree import NodeStatus, NodeType
 from .middleware import Layer, Layers
+from .names import UNNAMED, note_unnamed
 from .replies import (
     PLAIN,
     block_dict,
@@ -161,6 +161,8 @@ async def _attempt(run: PromptRun, layers: Layers) -> PromptResult[Any]:
             "the attempts have no node to share; set `retries = True` on the middleware "
             "whose wrap_prompt calls call_next() more than once"
         )
+    if outer is not None and agent.name == UNNAMED:
+        note_unnamed(tree, agent)
     node = tree.start_node(
         NodeType.PROMPT, agent.name, outer.node if outer else None, payload=payload, trusted=True
     )
@@ -347,9 +349,7 @@ async def _model_turn(run: PromptRun, params: dict[str, Any]) -> tuple[Any, list
                 request[name] = sampling[name]
     if params.get("stop_sequences"):
         request["stop_sequences"] = jsonable(list(params["stop_sequences"]))
-    max_wait = run.settings.get("max_retry_wait")
-    if max_wait is None:
-        max_wait = DEFAULT_MAX_RETRY_WAIT
+    max_wait = run.settings.get("max_retry_wait")  # None: call_model's default
     attempt = 0
     while True:
         attempt += 1
@@ -437,7 +437,10 @@ async def _model_turn(run: PromptRun, params: dict[str, Any]) -> tuple[Any, list
                 usage[name] = usage.get(name, 0) + value
         metrics = own_metrics(node)
         metrics["usage"] = turn_usage
-        if turn_usage:  # priced now if a dollar budget counts it, else when read
+        # Priced now if a dollar budget counts it (or it wrote to the cache), else when read.
+        if turn_usage and (
+            SPEND.get() is not None or turn_usage.get("cache_creation_input_tokens")
+        ):
             charge(node, model, turn_usage, reported)
         metrics["attempt"] = attempt
         texts: list[str] = []

@@ -54,8 +54,14 @@ NODE_ORDER = 200
 logger = logging.getLogger("groundswell.plugins")  # a middleware's problems are its plugin's
 
 PromptNext = Callable[[], Awaitable["PromptResult[Any]"]]
+"""What ``wrap_prompt`` gets as ``call_next``: ``await call_next()`` runs the rest of the
+prompt (the inner layers, then the model loop) and returns its `PromptResult`."""
 ModelNext = Callable[[dict[str, Any]], Awaitable[Any]]
+"""What ``wrap_model_call`` gets as ``call_next``: ``await call_next(request)`` sends the
+request (a dict of Messages API fields) on and returns the SDK's ``Message``."""
 ToolNext = Callable[["ToolCall"], Awaitable[Any]]
+"""What ``wrap_tool_call`` gets as ``call_next``: ``await call_next(call)`` runs the tool
+call (the inner layers, then the tool) and returns the tool's result."""
 
 
 class Middleware:

@@ -1,6 +1,6 @@
 """Swapping an agent's client and settings for a while, without touching the agent.
 
-Apps define agents at module level; tests need them on a fake API. Two scopes:
+Apps define agents at module level; tests need them on a fake API. Three scopes:
 
 - ``agent.override(client=..., **settings)`` changes one agent inside a
   ``with`` block. It is held in a context variable, so it follows the task
@@ -9,9 +9,13 @@ Apps define agents at module level; tests need them on a fake API. Two scopes:
 - `override_agents` changes every agent in the process while it is active,
   whatever task or thread runs it (a web framework's test client runs the app
   in a thread of its own). ``groundswell.testing.use_fake`` is built on it.
+- `override_agents_here` changes every agent in the current context only (the
+  tasks and threads started inside it too), as an eval runs each case on its
+  own recorded replies.
 
-An agent's own override wins over the process-wide one, and both win over what
-the agent was built with and over a call's ``PromptOverrides``.
+An agent's own override wins over `override_agents_here`, which wins over the
+process-wide one; all win over what the agent was built with and over a
+call's ``PromptOverrides``.
 """
 
 from __future__ import annotations
@@ -21,9 +25,10 @@ import dataclasses
 import functools
 import inspect
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from ..errors import ConfigurationError
@@ -41,6 +46,7 @@ __all__ = [
     "forced_for",
     "override_agent",
     "override_agents",
+    "override_agents_here",
 ]
 
 
@@ -63,6 +69,8 @@ class Forced:
 _AGENTS: ContextVar[dict[int, Forced] | None] = ContextVar(
     "groundswell_agent_overrides", default=None
 )
+# The key of `override_agents_here`'s entry in `_AGENTS` (no agent has id 0).
+_HERE = 0
 # Process-wide, innermost last.
 _EVERY: list[Forced] = []
 _EVERY_LOCK = threading.Lock()
@@ -72,6 +80,9 @@ def forced_for(agent: Agent) -> Forced | None:
     """The override in force for ``agent`` here and now, or ``None``."""
     mine = _AGENTS.get()
     own = mine.get(id(agent)) if mine else None
+    if mine and _HERE in mine:  # `override_agents_here`: every agent in this context
+        here = mine[_HERE]
+        own = here if own is None else here.then(own)
     if not _EVERY:
         return own
     every = _EVERY[-1]
@@ -83,6 +94,10 @@ def merge(call: PromptOverrides, forced: PromptOverrides) -> PromptOverrides:
     if call is NO_OVERRIDES:
         return forced
     fields = forced.set_fields()
+    if "enable_cache" in fields or "disable_cache" in fields:
+        # Two spellings of one switch: the forced one replaces the call's, whichever it used.
+        fields.setdefault("enable_cache", None)
+        fields.setdefault("disable_cache", None)
     if call.middleware is not None and forced.middleware is not None:
         fields["middleware"] = [*call.middleware, *forced.middleware]
     return dataclasses.replace(call, **fields)
@@ -119,6 +134,10 @@ def check(owner: str, client: Any, settings: dict[str, Any]) -> Forced:
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
+# The blocks each `Scope` has open in the current context, by the scope's id.
+_OPEN: ContextVar[Mapping[int, tuple[Any, ...]]] = ContextVar(
+    "groundswell_open_scopes", default=MappingProxyType({})
+)
 
 
 class Scope(contextlib.AbstractContextManager[T]):
@@ -132,16 +151,26 @@ class Scope(contextlib.AbstractContextManager[T]):
 
     def __init__(self, make: Callable[[], contextlib.AbstractContextManager[T]]) -> None:
         self._make = make
-        self._open: list[contextlib.AbstractContextManager[T]] = []
 
     def __enter__(self) -> T:
         block = self._make()
         value = block.__enter__()
-        self._open.append(block)
+        # Open blocks are kept per context (task or thread), not on the scope: two
+        # tasks inside one scope object each leave their own block.
+        opened = _OPEN.get()
+        _OPEN.set({**opened, id(self): (*opened.get(id(self), ()), block)})
         return value
 
     def __exit__(self, *exc: Any) -> bool | None:
-        return self._open.pop().__exit__(*exc)
+        opened = dict(_OPEN.get())
+        *rest, block = opened[id(self)]
+        if rest:
+            opened[id(self)] = tuple(rest)
+        else:
+            del opened[id(self)]
+        _OPEN.set(opened)
+        done: bool | None = block.__exit__(*exc)
+        return done
 
     def __call__(self, fn: F) -> F:
         if inspect.iscoroutinefunction(fn):
@@ -178,6 +207,32 @@ def override_agent(agent: Agent, forced: Forced) -> Scope[Agent]:
         )
         try:
             yield agent
+        finally:
+            _AGENTS.reset(token)
+
+    return Scope(block)
+
+
+def override_agents_here(
+    client: anthropic.AsyncAnthropic | None = None, **settings: Any
+) -> Scope[None]:
+    """Put every agent on ``client`` (and ``settings``) in the current context only.
+
+    Like `override_agents`, but held in the context variable of `override_agent`:
+    concurrent tasks (an eval's cases, each on its own recorded replies) each see
+    their own. An agent's own override still wins over this.
+    """
+    forced = check("override_agents_here", client, settings)
+
+    @contextlib.contextmanager
+    def block() -> Iterator[None]:
+        current = _AGENTS.get() or {}
+        previous = current.get(_HERE)
+        token = _AGENTS.set(
+            {**current, _HERE: forced if previous is None else previous.then(forced)}
+        )
+        try:
+            yield
         finally:
             _AGENTS.reset(token)
 

@@ -44,12 +44,12 @@ class Batch(Middleware):
     # Innermost of the model-call layers: the others see the call's SDK Message as usual.
     order = 950
 
+    # The workflow's default is folded into the settings of a prompt that sets nothing
+    # (`Agent._execute`), so the agent's settings decide a plain call.
+    per_agent = True
+
     def active(self, run: PromptRun) -> bool:
-        batch = run.settings.get("batch")
-        if batch is None:  # not set on the agent, prompt or overrides: the workflow's default
-            workflow = run.workflow
-            return workflow is not None and workflow.batch is True
-        return bool(batch)
+        return bool(run.settings.get("batch"))
 
     async def wrap_model_call(
         self, run: PromptRun, request: dict[str, Any], call_next: ModelNext

@@ -46,7 +46,12 @@ class AnswerCache(Middleware):
 
     def active(self, run: PromptRun) -> bool:
         settings = run.settings
-        return settings.get("cache") not in (None, False) and not settings.get("disable_cache")
+        # A call's enable_cache is the other spelling of its disable_cache; True also
+        # turns the cache on (the default backend) for an agent built without one.
+        enable = settings.get("enable_cache")
+        if settings.get("disable_cache") or enable is False:
+            return False
+        return enable is True or settings.get("cache") not in (None, False)
 
     async def wrap_prompt(self, run: PromptRun, call_next: PromptNext) -> PromptResult[Any]:
         cache = _backend(run)

@@ -38,7 +38,7 @@ from ._fake import (
     use_fake,
 )
 from ._recorded_waits import NoRecordedDecision
-from ._replay import Mismatch, ReplayModel
+from ._replay import Mismatch, ReplayModel, load_trees
 from ._replies import (
     ErrorReply,
     FunctionModel,
@@ -85,6 +85,7 @@ __all__ = [
     "error",
     "estimate_tokens",
     "json_reply",
+    "load_trees",
     "raw_reply",
     "redacted_thinking",
     "sample_from_schema",

@@ -20,9 +20,6 @@ from collections.abc import Callable, Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any, cast
 
-import anthropic
-import httpx2
-
 from ..cache import scope_answers
 from ..errors import ConfigurationError
 from ._batches import BATCHES, FakeBatches
@@ -44,6 +41,9 @@ from ._replies import (
 from ._thinking import ThinkingLedger
 
 if TYPE_CHECKING:
+    import anthropic
+    import httpx2
+
     from ..agent.overrides import Scope
     from ..tree import EventTree
 
@@ -391,6 +391,8 @@ class FakeAnthropicAPI:
     # -- in-process -----------------------------------------------------------------
 
     def transport(self) -> httpx2.MockTransport:
+        import httpx2  # with the SDK, only once a fake client is made (see `client`)
+
         """An ``httpx2`` transport that answers in-process."""
 
         async def handler(request: httpx2.Request) -> httpx2.Response:
@@ -414,6 +416,11 @@ class FakeAnthropicAPI:
         Keyword arguments go to the client (e.g. ``max_retries=0``).
         """
         kwargs.setdefault("api_key", self.api_key or FAKE_API_KEY)
+        # Imported here: the SDK takes seconds to import, and a test module that only
+        # builds replies (or imports groundswell.testing) never needs it.
+        import anthropic
+        import httpx2
+
         kwargs.setdefault("base_url", "http://fake-anthropic.invalid")
         kwargs.setdefault("http_client", httpx2.AsyncClient(transport=self.transport()))
         return self.scoped(anthropic.AsyncAnthropic(**kwargs))
@@ -467,7 +474,8 @@ def use_fake(
     """
     from ..agent.overrides import Scope, override_agents
 
-    if isinstance(fake, anthropic.AsyncAnthropic):
+    sdk = sys.modules.get("anthropic")  # not imported yet: fake can be no client of it
+    if sdk is not None and isinstance(fake, sdk.AsyncAnthropic):
         raise ConfigurationError(
             "use_fake() takes the FakeAnthropicAPI itself (or a script), not a client: "
             "use_fake(fake), not use_fake(fake.client()); to put agents on any client, "
@@ -501,6 +509,8 @@ def auto_client(
     a key is present; ``model`` chooses the fake's answers.
     """
     if os.environ.get("ANTHROPIC_API_KEY"):
+        import anthropic
+
         return anthropic.AsyncAnthropic(**kwargs)
     return FakeAnthropicAPI(model).client(**kwargs)
 
@@ -523,6 +533,8 @@ class LoopbackServer:
         """A real ``anthropic.AsyncAnthropic`` talking to this server over TCP."""
         kwargs.setdefault("api_key", self.fake.api_key or FAKE_API_KEY)
         kwargs.setdefault("base_url", self.base_url)
+        import anthropic
+
         return self.fake.scoped(anthropic.AsyncAnthropic(**kwargs))
 
     def close(self) -> None:

@@ -144,7 +144,7 @@ class ReplayModel:
             return reply
 
 
-def load_trees(source: Any, caller: str) -> list[tuple[Any, str]]:
+def load_trees(source: Any, caller: str = "load_trees()") -> list[tuple[Any, str]]:
     """The runs' trees in ``source``, each with where it came from, in run order.
 
     ``source`` is an ``EventTree``, its `EventTree.to_json` dict, a trace file

@@ -26,7 +26,8 @@ works as is; PostgreSQL also needs a driver such as ``psycopg[binary]``).
   is the JSON form of a session it answers with.
 - `serve_app` is the app ``groundswell serve`` serves: the waits API
   (``/api/waits``: list, approve, reject, answer the open waits of its
-  process) with the same tokens, and the history API over a store;
+  process) with the same tokens, the dev UI (``/ui``, ``/api/runs``;
+  ``groundswell ui``), and the history API over a store;
   `serving` runs it on a background thread of the process that runs the
   workflows, which is where their waits are.
 """
@@ -134,11 +135,17 @@ def load_serve() -> ModuleType:
 
 
 def serve_app(
-    history: HistoryStore | str | bool | None = None, *, secret: bytes | None = None
+    history: HistoryStore | str | bool | None = None,
+    *,
+    secret: bytes | None = None,
+    trace_dir: str | os.PathLike[str] | None = None,
+    workflows: Any = None,
 ) -> FastAPI:
-    """The app ``groundswell serve`` serves (waits, and history when asked);
+    """The app ``groundswell serve`` serves (waits, the dev UI, and history when asked);
     see `groundswell_history.serve.serve_app`."""
-    made: FastAPI = load_serve().serve_app(history, secret=secret)
+    made: FastAPI = load_serve().serve_app(
+        history, secret=secret, trace_dir=trace_dir, workflows=workflows
+    )
     return made
 
 
@@ -230,7 +237,7 @@ def register_context_providers() -> ContextProvider:
 
 @hookimpl
 def register_cli_commands() -> list[CliCommand]:
-    from .cli import configure, configure_serve
+    from .cli import configure, configure_serve, configure_ui
 
     return [
         CliCommand(
@@ -242,6 +249,12 @@ def register_cli_commands() -> list[CliCommand]:
         CliCommand(
             name="serve",
             factory=configure_serve,
-            description="serve the waits API and the history API on one app",
+            description="serve the waits API, the dev UI and the history API on one app",
+        ),
+        CliCommand(
+            name="ui",
+            factory=configure_ui,
+            description="the dev UI: browse runs and traces, follow live runs, answer waits, "
+            "start workflows",
         ),
     ]

@@ -134,7 +134,11 @@ def make_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        for start in app.state.starters:  # what routes added later need while serving
+            start()
         yield
+        for close in app.state.closers:  # what routes added later must release
+            close()
         gate.events.close()
         if close_store and store is not None:  # opened here, so released here
             store.close()
@@ -145,6 +149,8 @@ def make_app(
     app.state.store = store
     app.state.events = gate.events
     app.state.gate = gate
+    app.state.starters = []
+    app.state.closers = []
 
     @app.middleware("http")
     async def one_value_each(request: Request, call_next: Any) -> Any:

@@ -1,4 +1,5 @@
-"""``groundswell history serve``, ``groundswell history token AGENT_ID`` and ``groundswell serve``."""
+"""``groundswell history serve``, ``groundswell history token AGENT_ID``, ``groundswell serve``
+and ``groundswell ui``."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from groundswell import ConfigurationError
 from . import load_api, load_serve
 from .store import HistoryStore, default_url, groundswell_home, safe_url
 
-__all__ = ["configure", "configure_serve"]
+__all__ = ["configure", "configure_serve", "configure_ui"]
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -201,8 +202,93 @@ def _serve_all(args: argparse.Namespace) -> int:
             else "no history API (no store yet: give --url, or record with Agent(history=True))"
         )
         print(
-            f"groundswell serve on {where}: waits API (/api/waits), {history}; "
+            f"groundswell serve on {where}: waits API (/api/waits), dev UI (/ui), {history}; "
             "OpenAPI at /openapi.json",
+            file=sys.stderr,
+            flush=True,
+        )
+        if not serve.is_loopback(args.host):
+            print(
+                f"warning: listening on {args.host}, reachable from other machines: bearer "
+                "tokens cross the network in clear text unless TLS is in front",
+                file=sys.stderr,
+                flush=True,
+            )
+        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    finally:
+        if store is not None:
+            store.close()
+    return 0
+
+
+def configure_ui(parser: argparse.ArgumentParser) -> None:
+    """Add ``groundswell ui``'s arguments to ``parser``."""
+    parser.description = (
+        "Serve the dev UI (runs from the trace folder and from this process, each run's tree, "
+        "timeline and node details, live runs, waits to answer, a form to start workflows) on "
+        "the app `groundswell serve` serves, and print its URL (with an operator token)."
+    )
+    parser.add_argument(
+        "--trace-dir",
+        metavar="DIR",
+        help="the folder of JSONL traces to list (default: GROUNDSWELL_TRACE_DIR)",
+    )
+    parser.add_argument(
+        "--workflow",
+        metavar="MODULE:NAME",
+        action="append",
+        default=[],
+        help="a workflow the UI's form may start (module:name or file.py:name); repeat for more",
+    )
+    parser.add_argument(
+        "--url",
+        help="SQLAlchemy URL of a history store to serve its API too (default: "
+        "GROUNDSWELL_HISTORY_URL, else ~/.groundswell/history.db when it exists)",
+    )
+    parser.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (127.0.0.1: this machine only; others need TLS in front)",
+    )
+    parser.add_argument("--port", type=_port, default=8765, help="port to listen on (8765)")
+    parser.add_argument(
+        "--log-level",
+        default="warning",
+        choices=["critical", "error", "warning", "info", "debug"],
+        help="server log level (warning)",
+    )
+    parser.set_defaults(func=_ui)
+
+
+def _ui(args: argparse.Namespace) -> int:
+    serve = load_serve()
+    uvicorn = _uvicorn()
+    from .auth import issue_operator_token
+    from .ui_launch import load_workflow
+
+    trace_dir = args.trace_dir or os.environ.get("GROUNDSWELL_TRACE_DIR")
+    if args.trace_dir and not Path(args.trace_dir).expanduser().is_dir():
+        raise ConfigurationError(
+            f"--trace-dir {args.trace_dir}: no such folder (runs write there when "
+            "GROUNDSWELL_TRACE_DIR names it)"
+        )
+    workflows = [load_workflow(target) for target in args.workflow]
+    _check_port(args.host, args.port)
+    store: HistoryStore | None = None
+    url = args.url or os.environ.get("GROUNDSWELL_HISTORY_URL")
+    if url:
+        store = _existing_store(url)
+    elif (groundswell_home() / "history.db").is_file():
+        store = _existing_store(default_url())
+    try:
+        app = serve.serve_app(store, trace_dir=trace_dir, workflows=workflows)
+        _log_to_stderr(args.log_level)
+        host = f"[{args.host}]" if ":" in args.host else args.host
+        # The token goes after '#': browsers never send that part, so no log shows it.
+        link = f"http://{host}:{args.port}/ui/#token={issue_operator_token('ui')}"
+        folder = f"traces from {trace_dir}" if trace_dir else "no trace folder (--trace-dir)"
+        print(
+            f"groundswell ui: {folder}; {len(workflows)} workflow(s) to run; open\n  {link}",
             file=sys.stderr,
             flush=True,
         )

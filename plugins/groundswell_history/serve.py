@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import os
 import socket
 import threading
 import time
@@ -29,6 +30,7 @@ from groundswell import ConfigurationError
 
 from .api import add_history_routes, make_app
 from .api_gate import refusals
+from .api_ui import add_ui_routes
 from .api_waits import add_wait_routes
 from .store import SCHEMA_VERSION, HistoryStore, default_url
 
@@ -40,9 +42,19 @@ STARTUP_TIMEOUT_S = 10.0
 
 
 def serve_app(
-    history: HistoryStore | str | bool | None = None, *, secret: bytes | None = None
+    history: HistoryStore | str | bool | None = None,
+    *,
+    secret: bytes | None = None,
+    trace_dir: str | os.PathLike[str] | None = None,
+    workflows: Any = None,
 ) -> FastAPI:
-    """The app ``groundswell serve`` serves: the waits API, and the history API when asked.
+    """The app ``groundswell serve`` serves: the waits API, the dev UI, and the history API
+    when asked.
+
+    The dev UI (``/ui``, ``/api/runs``, ``/api/workflows``; `groundswell_history.api_ui`)
+    lists the runs of this process and of ``trace_dir`` (default:
+    ``GROUNDSWELL_TRACE_DIR``), and starts the ``workflows`` given (`Workflow`
+    objects or ``"module:name"`` strings) from a form.
 
     ``history`` is ``None`` or ``False`` for the waits API alone, ``True`` for
     the default history store too (`default_url`), or a `HistoryStore` or a
@@ -68,7 +80,8 @@ def serve_app(
         close_store=store is not None and store is not history,
         title="Groundswell",
         description=(
-            "The open waits of this process (list them, approve, reject or answer one)"
+            "The open waits of this process (list them, approve, reject or answer one), "
+            "the dev UI's runs (/ui, /api/runs, /api/workflows)"
             + (", and the history API (agents' past sessions)" if store is not None else "")
             + ". Every request but /api/health needs a bearer token (`groundswell history "
             "token AGENT_ID`): an agent's token sees only its agent's waits and sessions; an "
@@ -76,6 +89,9 @@ def serve_app(
         ),
     )
     add_wait_routes(app, gate)
+    ui = add_ui_routes(app, gate, trace_dir=trace_dir, workflows=workflows)
+    app.state.starters.append(ui.start)
+    app.state.closers.append(ui.close)
     if store is not None:
         add_history_routes(app, gate, store)
     else:

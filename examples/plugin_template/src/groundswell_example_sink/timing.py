@@ -5,8 +5,15 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from groundswell import Middleware, PromptResult, PromptRun, ToolCall
-from groundswell.agent import ModelNext, PromptNext, ToolNext
+from groundswell import (
+    Middleware,
+    ModelNext,
+    PromptNext,
+    PromptResult,
+    PromptRun,
+    ToolCall,
+    ToolNext,
+)
 
 __all__ = ["Timing"]
 
