@@ -216,6 +216,21 @@ print(json.dumps([{"status": r.status.value, "output": r.output, "tree": r.tree.
 """
 
 
+def _liveness_locks(url: str) -> int:
+    """How many Groundswell executors hold their liveness lock in ``url``'s database."""
+    import psycopg
+    from groundswell_dbos._runtime import _LOCK_CLASS
+
+    with psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://")) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted "
+            "AND classid = %s AND objsubid = 2 "
+            "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+            (_LOCK_CLASS,),
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
 @pytest.fixture
 def database(postgres_url: str) -> Iterator[str]:
     """A fresh PostgreSQL database for DBOS's system tables."""
@@ -266,6 +281,23 @@ class Project:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.communicate()
+
+    def kill(self, proc: subprocess.Popen[str]) -> None:
+        """SIGKILL ``proc``, and return once its database session is gone.
+
+        The process's liveness lock (a PostgreSQL advisory lock) goes with its
+        session, which the server ends only when it notices the dead connection:
+        on a busy machine, later than the process's exit. A recover() that looked
+        before then would see a live executor and (rightly) take nothing.
+        """
+        url = self.env["DBOS_SYSTEM_DATABASE_URL"]
+        held = _liveness_locks(url) if url.startswith("postgresql") else 0
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        deadline = time.monotonic() + 30
+        while held and _liveness_locks(url) >= held:
+            assert time.monotonic() < deadline, "the killed process's session never ended"
+            time.sleep(0.05)
 
     def lines(self) -> list[str]:
         return self.log.read_text().splitlines() if self.log.exists() else []
@@ -344,8 +376,7 @@ def test_a_run_killed_after_step_2_of_4_is_finished_by_a_new_process_without_rep
     hang = project.root / "hang"
     first = project.start("-c", RUN, "nightly", '["mon"]', GS_TEST_HANG_AT_3=str(hang))
     wait_for(hang)  # steps 1 and 2 are checkpointed; step 3 has started
-    first.send_signal(signal.SIGKILL)
-    first.wait(timeout=10)
+    project.kill(first)
     assert [r.last_user_text() for r in api.requests] == ["step 1 of mon", "step 2 of mon"]
 
     (recovered,) = project.run("-c", RECOVER)
@@ -408,8 +439,7 @@ def test_a_worker_killed_mid_child_leaves_the_child_to_the_other_worker(project:
     parent = project.start("-c", RUN, "one_slow", "[]")
     wait_for(mark)  # the child's first step is checkpointed; its second hangs on `doomed`
     survivor = project.worker("slow", GS_TEST_MARK=str(mark))
-    doomed.send_signal(signal.SIGKILL)
-    doomed.wait(timeout=10)
+    project.kill(doomed)
 
     out, err = parent.communicate(timeout=120)
     assert parent.returncode == 0, err[-4000:]
@@ -436,8 +466,7 @@ def test_gathered_steps_recover_into_their_own_branches(project: Project) -> Non
     hang = project.root / "hang"
     first = project.start("-c", RUN, "gathered", json.dumps([docs]), GS_TEST_HANG=str(hang))
     wait_for(hang)  # every fetch and summary is checkpointed; they finished c, b, a
-    first.send_signal(signal.SIGKILL)
-    first.wait(timeout=10)
+    project.kill(first)
 
     (recovered,) = project.run("-c", RECOVER)
 
@@ -464,8 +493,7 @@ def test_steps_handed_out_by_timing_never_take_another_items_checkpoint(
     hang = project.root / "hang"
     first = project.start("-c", RUN, "pool", json.dumps([docs]), GS_TEST_HANG=str(hang))
     wait_for(hang)
-    first.send_signal(signal.SIGKILL)
-    first.wait(timeout=10)
+    project.kill(first)
 
     (recovered,) = project.run("-c", RECOVER)
 
@@ -486,8 +514,7 @@ def test_a_killed_durable_parent_finds_its_queued_children_again(project: Projec
     hang = project.root / "hang"
     first = project.start("-c", RUN, "spawner", "[30]", GS_TEST_HANG=str(hang))
     wait_for(hang)  # all 31 children finished, in whatever order the worker took them
-    first.send_signal(signal.SIGKILL)
-    first.wait(timeout=10)
+    project.kill(first)
 
     results, log = project.run_logged("-c", RECOVER)
 
@@ -514,8 +541,7 @@ def test_on_sqlite_a_killed_run_is_finished_by_a_new_process_on_the_same_machine
     hang = project.root / "hang"
     first = project.start("-c", RUN, "nightly", '["tue"]', GS_TEST_HANG_AT_3=str(hang))
     wait_for(hang)
-    first.send_signal(signal.SIGKILL)
-    first.wait(timeout=10)
+    project.kill(first)
 
     (recovered,) = project.run("-c", RECOVER)
 
@@ -601,8 +627,7 @@ def test_recover_in_a_process_without_the_code_leaves_the_run_for_one_with_it(
     hang = project.root / "hang"
     first = project.start("-c", RUN, "nightly", '["wed"]', GS_TEST_HANG_AT_3=str(hang))
     wait_for(hang)
-    first.send_signal(signal.SIGKILL)
-    first.wait(timeout=10)
+    project.kill(first)
 
     elsewhere = tmp_path_factory.mktemp("no-flows-here")
     out = subprocess.run(
