@@ -201,6 +201,52 @@ async def concurrent() -> dict[str, Any]:
     }
 
 
+async def counted(transport: str = "canned") -> dict[str, Any]:
+    """Python bytecode instructions one ``agent.prompt`` in a step runs beyond a raw create.
+
+    A count, not a time: the same for the same code whatever else the machine does,
+    so two trees compare exactly (``compare_agent.py --count``). Warm calls only:
+    the first calls of each form fill caches and are left out.
+    """
+    import sys
+
+    client = fake().client(max_retries=0) if transport == "fake" else canned_client()
+    agent = Agent(name="bench", client=client, max_tokens=16)
+    counts: dict[str, int] = {}
+
+    def counter(label: str) -> Any:
+        def trace(frame: Any, event: str, arg: Any) -> Any:
+            frame.f_trace_opcodes = True
+            if event == "opcode":
+                counts[label] = counts.get(label, 0) + 1
+            return trace
+
+        return trace
+
+    @workflow(name="bench")
+    async def flow(ctx: WorkflowContext, measure: bool) -> None:
+        for _ in range(3):  # warm
+            await client.messages.create(
+                model="claude-sonnet-4-6", max_tokens=16, messages=MESSAGES
+            )
+            await ctx.step("ask", agent.prompt("ping"))
+        if not measure:
+            return
+        sys.settrace(counter("raw"))
+        await client.messages.create(model="claude-sonnet-4-6", max_tokens=16, messages=MESSAGES)
+        sys.settrace(counter("agent"))
+        await ctx.step("ask", agent.prompt("ping"))
+        sys.settrace(None)
+
+    await flow.run(False)
+    await flow.run(True)
+    return {
+        "raw_create_opcodes": counts["raw"],
+        "agent_prompt_in_step_opcodes": counts["agent"],
+        "overhead_opcodes": counts["agent"] - counts["raw"],
+    }
+
+
 async def run_all() -> dict[str, Any]:
     return {
         "sequential": await sequential(),

@@ -15,8 +15,10 @@ entry-point group, the defaults on); and over two transports: ``fake`` (each
 tree's own fake API, as the other benchmarks) and ``canned`` (one fixed reply at
 once, read by no fake: the framework's overhead alone, whatever each tree's fake
 does). Each cell has the median overhead and the overhead of the fastest calls
-(``overhead_min_us``), which stays put when the machine is busy. Results go to
-``DIR/compare_agent.json``.
+(``overhead_min_us``), which stays put when the machine is busy. ``--count`` measures
+instead the Python bytecode instructions one warm prompt runs beyond a raw create
+(``bench_agent.counted``): exact, and the same however busy the machine is. Results go
+to ``DIR/compare_agent.json``.
 """
 
 from __future__ import annotations
@@ -35,21 +37,21 @@ from _report import write
 HERE = Path(__file__).resolve().parent
 CODE = (
     "import asyncio, json, sys; sys.path.insert(0, {here!r}); import bench_agent; "
-    "print(json.dumps(asyncio.run(bench_agent.sequential({transport!r}))))"
+    "print(json.dumps(asyncio.run(bench_agent.{measure}({transport!r}))))"
 )
 COLUMNS = ("bare", "installed")
 TRANSPORTS = ("fake", "canned")
 
 
-def measure(tree: Path, column: str, transport: str) -> dict[str, Any]:
-    """One ``bench_agent.sequential()`` run with ``tree``'s groundswell."""
+def measure(tree: Path, column: str, transport: str, how: str = "sequential") -> dict[str, Any]:
+    """One ``bench_agent.sequential()`` (or ``counted()``) run with ``tree``'s groundswell."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), str(tree / "plugins")])}
     if column == "bare":  # the kernel alone
         env["GROUNDSWELL_LOAD_PLUGINS"] = ""
     else:  # as installed: the entry-point group's plugins, the defaults on
         env.pop("GROUNDSWELL_LOAD_PLUGINS", None)
     out = subprocess.run(
-        [sys.executable, "-c", CODE.format(here=str(HERE), transport=transport)],
+        [sys.executable, "-c", CODE.format(here=str(HERE), transport=transport, measure=how)],
         env=env,
         capture_output=True,
         text=True,
@@ -68,7 +70,13 @@ def main() -> None:
     parser.add_argument("--output", type=Path, default=Path("benchmarks/results"))
     parser.add_argument("--columns", default=",".join(COLUMNS), help="bare,installed")
     parser.add_argument("--transports", default=",".join(TRANSPORTS), help="fake,canned")
+    parser.add_argument(
+        "--count", action="store_true", help="count bytecode instructions instead of timing"
+    )
     args = parser.parse_args()
+    if args.count:
+        count(args)
+        return
     trees = {"before": args.before.resolve(), "after": args.after.resolve()}
     cells = [
         (column, transport)
@@ -112,6 +120,22 @@ def main() -> None:
             ),
         }
     write(results, "compare_agent", args.output)
+
+
+def count(args: argparse.Namespace) -> None:
+    """Instructions per warm prompt beyond a raw create, per tree and cell (one run each)."""
+    trees = {"before": args.before.resolve(), "after": args.after.resolve()}
+    results: dict[str, Any] = {"measure": "bytecode instructions per warm prompt"}
+    results["trees"] = {k: str(v) for k, v in trees.items()}
+    for column in args.columns.split(","):
+        for transport in args.transports.split(","):
+            got = {
+                label: measure(tree, column, transport, "counted")["overhead_opcodes"]
+                for label, tree in trees.items()
+            }
+            got["change"] = got["after"] - got["before"]
+            results[f"{column}/{transport}"] = got
+    write(results, "compare_agent_count", args.output)
 
 
 if __name__ == "__main__":

@@ -427,14 +427,8 @@ async def _model_turn(run: PromptRun, params: dict[str, Any]) -> tuple[Any, list
             error = malformed(content)
             tree.end_node(node, NodeStatus.FAILED, error=error)
             raise error
-        # The turn's usage, added to the attempt's (a plain loop: no comprehension frame).
-        turn_usage: dict[str, int] = {}
         reported = message.usage
-        for name in _USAGE_FIELDS:
-            value = getattr(reported, name, None)
-            if isinstance(value, int):
-                turn_usage[name] = value
-                usage[name] = usage.get(name, 0) + value
+        turn_usage = _turn_usage(reported, usage)
         metrics = own_metrics(node)
         metrics["usage"] = turn_usage
         # Priced now if a dollar budget counts it (or it wrote to the cache), else when read.
@@ -489,9 +483,24 @@ def _text_of(content: list[dict[str, Any]]) -> str:
     return "".join(b.get("text", "") for b in content if b.get("type") == "text")
 
 
-_USAGE_FIELDS = (
-    "input_tokens",
-    "output_tokens",
-    "cache_creation_input_tokens",
-    "cache_read_input_tokens",
-)
+def _turn_usage(reported: Any, usage: dict[str, int]) -> dict[str, int]:
+    """A reply's token counts (those that are whole numbers), also added to ``usage``.
+
+    Written out field by field: it runs for every model turn, and a loop over the
+    names costs more than the rest of the turn's bookkeeping.
+    """
+    # `reply_blocks` checked these two; the cache counts are optional in the SDK's
+    # Usage (None when the API leaves them out).
+    turn = {"input_tokens": reported.input_tokens, "output_tokens": reported.output_tokens}
+    written = getattr(reported, "cache_creation_input_tokens", None)
+    if isinstance(written, int):
+        turn["cache_creation_input_tokens"] = written
+    read = getattr(reported, "cache_read_input_tokens", None)
+    if isinstance(read, int):
+        turn["cache_read_input_tokens"] = read
+    if usage:
+        for name, value in turn.items():
+            usage[name] = usage.get(name, 0) + value
+    else:  # the first turn of the attempt
+        usage.update(turn)
+    return turn

@@ -80,9 +80,9 @@ class ClaudeHooks(Middleware):
     order = 210
 
     def active(self, run: PromptRun) -> bool:
-        # Outside any hooked tool call (the usual case) there is no parent to look for.
-        parent = _parent_of_new_prompt() if _calling.get() is not None else None
-        run.scratch[_PARENT] = parent
+        if _calling.get() is None:  # outside any hooked tool call (the usual case): no parent
+            return bool(run.settings.get("hooks"))
+        parent = run.scratch[_PARENT] = _parent_of_new_prompt()
         return bool(run.settings.get("hooks")) or parent is not None
 
     async def wrap_prompt(self, run: PromptRun, call_next: PromptNext) -> PromptResult[Any]:
