@@ -4,6 +4,7 @@ against the output the page shows (see tests/docs_runner.py for the convention).
 from __future__ import annotations
 
 import ast
+import functools
 import os
 import re
 import subprocess
@@ -28,6 +29,7 @@ def python_block(path: Path, index: int) -> str:
     return str(blocks[index])
 
 
+@functools.cache  # README's first block is checked by two tests: run it once
 def run(code: str) -> list[str]:
     env = {k: v for k, v in os.environ.items() if k != "ANTHROPIC_API_KEY"}
     out = subprocess.run(

@@ -6,8 +6,8 @@ mid-run, another must take its work over. Every Groundswell process therefore
 holds a *shared* lock named after its executor id for as long as it lives (a
 PostgreSQL advisory lock on its own connection, or a file lock next to a
 SQLite database). The lock goes away with the process, however it dies, so a
-worker that can take the lock *exclusively* knows no live process has that id,
-and hands the dead executor's pending workflows back to their queues.
+process that finds no one holding it knows no live process has that id, and
+hands the dead executor's pending workflows back to their queues.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import socket
 import threading
 import time
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -354,13 +355,25 @@ class Liveness:
         else:
             self._dir.mkdir(parents=True, exist_ok=True)
             holder = open(self._path(self.me), "a+")  # noqa: SIM115 - held for life
-            try:
-                fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                holder.close()
-                raise self._taken() from None
-            fcntl.flock(holder, fcntl.LOCK_SH)
+            with self._probing():
+                try:
+                    fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    holder.close()
+                    raise self._taken() from None
+                fcntl.flock(holder, fcntl.LOCK_SH)
             self._holder = holder
+
+    @contextlib.contextmanager
+    def _probing(self) -> Iterator[None]:
+        """One exclusive try at a time on this SQLite database's liveness files.
+
+        A try holds the file's lock for a moment: another try at the same time
+        would take that for a live process (and a starting one for a duplicate id).
+        """
+        with open(self._dir / "probe.lock", "a+") as mutex:
+            fcntl.flock(mutex, fcntl.LOCK_EX)
+            yield
 
     def _taken(self) -> ConfigurationError:
         return ConfigurationError(
@@ -402,6 +415,11 @@ class Liveness:
         with self._swap:  # not while the keep-alive puts a new connection in place
             self._stop.set()
             if self._holder is not None:
+                if self.postgres:
+                    # Unlocked now, not when the server notices the closed connection: a
+                    # process restarting at once with the same id must find it free.
+                    with contextlib.suppress(Exception):
+                        self._holder.execute("SELECT pg_advisory_unlock_all()")
                 with contextlib.suppress(Exception):
                     self._holder.close()
                 self._holder = None
@@ -411,20 +429,22 @@ class Liveness:
         if executor == self.me:
             return False
         if self.postgres:
+            # Look for a holder rather than try the lock: a try holds it for a moment,
+            # and a recover() looking at that moment (workers try every few seconds)
+            # would take the dead executor for a live one.
             with self._connect() as conn:
                 row = conn.execute(
-                    "SELECT pg_try_advisory_lock(%s, %s)", (_LOCK_CLASS, self._key(executor))
+                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted "
+                    "AND mode = 'ShareLock' AND classid = %s AND objid::bigint = %s "
+                    "AND objsubid = 2 AND database = "
+                    "(SELECT oid FROM pg_database WHERE datname = current_database())",
+                    (_LOCK_CLASS, self._key(executor) & 0xFFFFFFFF),  # objid is unsigned
                 ).fetchone()
-                got = bool(row and row[0])
-                if got:
-                    conn.execute(
-                        "SELECT pg_advisory_unlock(%s, %s)", (_LOCK_CLASS, self._key(executor))
-                    )
-                return got
+                return not (row and row[0])
         path = self._path(executor)
         if not path.exists():
             return True
-        with open(path, "a+") as probe:
+        with self._probing(), open(path, "a+") as probe:
             try:
                 fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
