@@ -145,6 +145,14 @@ async def main():
 asyncio.run(main())
 """
 
+# DECIDE, ready before the wait opens: imported and configured, it reads the decision
+# ("verb wait_id value") from its stdin and makes it at once. A decision that must land
+# within a deadline does not wait for a process to start.
+DECIDE_READY = DECIDE.replace(
+    "verb, wait_id, given = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])",
+    "verb, wait_id, given = sys.stdin.readline().split(maxsplit=2)\n    given = json.loads(given)",
+).replace("asyncio.run(main())", "print('ready', flush=True)\nasyncio.run(main())")
+
 # Waits for the run with this id (wherever it runs) and prints its result.
 RESULT = """
 import asyncio, json, sys
@@ -350,11 +358,26 @@ def test_the_ask_user_tool_is_answered_from_another_process_with_the_cli(
 def test_a_deadline_that_passed_while_no_process_ran_the_run_keeps_its_outcome(
     project: Project, answered: bool
 ) -> None:
+    decider = None
+    if answered:
+        decider = subprocess.Popen(
+            [sys.executable, "-c", DECIDE_READY],
+            cwd=project.root,
+            env=project.env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        project.procs.append(decider)
+    if decider is not None:  # started first: the answer must land within 3 s of the wait
+        assert decider.stdout is not None and decider.stdout.readline() == "ready\n"
     (wait,) = start_and_leave(project, "nightly", [], f"nightly-{answered}")
     deadline = wait["deadline"]
     assert deadline == pytest.approx(wait["opened_at"] + 3)
-    if answered:  # in time, while no process runs the run
-        assert project.run("-c", DECIDE, "answer", wait["id"], "7")["decision"] == "answer"
+    if decider is not None:  # in time, while no process runs the run
+        out, err = decider.communicate(f"answer {wait['id']} 7\n", timeout=60)
+        assert json.loads(out.strip().splitlines()[-1])["decision"] == "answer", err[-2000:]
     time.sleep(max(0.0, deadline - time.time()) + 0.5)
     resumed = time.time()
     project.worker("nightly")  # resumes the run after its deadline
