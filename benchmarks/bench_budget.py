@@ -17,8 +17,8 @@ from typing import Any
 from _report import output_dir, write
 
 from groundswell import EventTree, NodeType, TokenBudget
-from groundswell.middleware.budget import Enforcer
-from groundswell.tokens import clear_memo, estimate_message, estimate_tokens
+from groundswell.budget.middleware import Enforcer
+from groundswell.budget.tokens import clear_memo, estimate_message, estimate_tokens
 
 
 def real_text() -> str:

@@ -15,7 +15,7 @@ from groundswell_lru import LRUCache
 from pydantic import BaseModel
 
 from groundswell import Agent, Prompt
-from groundswell.cache import request_cache_key
+from groundswell.cache.backends import request_cache_key
 from groundswell.testing import FakeAnthropicAPI, json_reply
 
 

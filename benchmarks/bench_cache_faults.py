@@ -30,9 +30,9 @@ from _report import output_dir, write
 from groundswell_lru import LRUCache
 
 from groundswell import Agent, Cache
-from groundswell.cache_guard import SKIP_AFTER, SKIP_FOR_S, TIMEOUT_S
-from groundswell.events import CLOSE_TIMEOUT_S
+from groundswell.cache.guard import SKIP_AFTER, SKIP_FOR_S, TIMEOUT_S
 from groundswell.testing import FakeAnthropicAPI, text
+from groundswell.tree.events import CLOSE_TIMEOUT_S
 
 GOAL_MS = 50.0
 SKIPPED_PROMPTS = 200

@@ -10,7 +10,7 @@ Rows (each records value, baseline, ratio, goal and whether the goal is met):
   1,000 concurrent raw calls, alternating rounds;
 - ``cache_hit``: a cache-hit ``agent.prompt`` (bundled LRU) versus a raw call sending the
   same request body, and versus an uncached ``agent.prompt``, interleaved call by call;
-- ``cache_key``: ``groundswell.cache.request_cache_key`` on a typical request versus
+- ``cache_key``: ``groundswell.cache.backends.request_cache_key`` on a typical request versus
   stdlib ``json.dumps(sort_keys=True)`` + sha256 of it (and orjson when importable);
 - ``steps_100k``: one workflow of 100,000 sequential ``ctx.step`` calls, in a fresh
   subprocess: wall seconds untraced, tracemalloc peak (Python allocations) in a second,
@@ -146,11 +146,11 @@ async def raw_call(client: Any) -> Any:
 
 
 try:  # private: guarded (an older checkout scrubs through jsonable alone)
-    from groundswell._serialize import jsonable as _scrub
+    from groundswell.scrubbing.serialize import jsonable as _scrub
 except ImportError:
     _scrub = groundswell.redact
 try:  # private: guarded (an older checkout has no contract floor)
-    from groundswell.run_context import current_frame, enter_frame, reset_frame
+    from groundswell.runtime.context import current_frame, enter_frame, reset_frame
 except ImportError:
     current_frame = enter_frame = reset_frame = None  # type: ignore[assignment]
 
@@ -223,10 +223,10 @@ def contract_run(agent: Any) -> Any:
     # private: guarded by the callers (an older checkout has other internals)
     from groundswell.agent.middleware import layers_for
     from groundswell.agent.run import PromptRun
-    from groundswell.prompt import NO_OVERRIDES
+    from groundswell.prompt.prompt import NO_OVERRIDES
 
     if enter_frame is None:
-        raise ImportError("groundswell.run_context has no enter_frame")
+        raise ImportError("groundswell.runtime.context has no enter_frame")
 
     client = agent.client
     create = client.messages.create
@@ -591,10 +591,10 @@ async def _hit_floor(agent: Any, prompt: Any, cache: Any) -> Callable[[], Any] |
         import functools
 
         from groundswell import EventTree
-        from groundswell._serialize import jsonable, jsonable_text  # private: guarded
-        from groundswell.cache import request_cache_key
-        from groundswell.cache_guard import guard_for
-        from groundswell.model import build_request
+        from groundswell.cache.backends import request_cache_key
+        from groundswell.cache.guard import guard_for
+        from groundswell.model.calls import build_request
+        from groundswell.scrubbing.serialize import jsonable, jsonable_text  # private: guarded
 
         fmt, settings = prompt.output_type, dict(agent.config)
         guard = guard_for(cache, lambda c: type(c).__name__)
@@ -651,7 +651,7 @@ def _per_call_us(fn: Callable[[], Any], n: int) -> float:
 
 
 def cache_key() -> dict[str, Any]:
-    from groundswell.cache import request_cache_key
+    from groundswell.cache.backends import request_cache_key
 
     request = typical_request()
     forms: dict[str, Callable[[], Any]] = {
@@ -1202,7 +1202,7 @@ def workloads() -> dict[str, Callable[[], Any]]:
         asyncio.run(go())
 
     def cache_key_w() -> None:
-        from groundswell.cache import request_cache_key
+        from groundswell.cache.backends import request_cache_key
 
         request = typical_request()
         for _ in range(50_000):

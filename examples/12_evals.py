@@ -36,7 +36,7 @@ from groundswell.testing import (
     tool_calls,
     tool_use,
 )
-from groundswell.tree import EventTree
+from groundswell.tree.tree import EventTree
 
 CASES = Path(__file__).resolve().with_name("12_evals_cases.yaml")
 ASK = "Which order is it? Please give its number, like A-100."

@@ -5,14 +5,20 @@ from __future__ import annotations
 import importlib.metadata as _metadata
 from typing import TYPE_CHECKING, Any
 
-from . import _sdk_logs  # noqa: F401  (the SDK's loggers scrubbed while Groundswell is imported)
 from . import waits as waits  # groundswell.waits: people in the loop (a module, not in __all__)
-from ._serialize import is_secret_key, redact, register_secret, scrub
-from .approval import Approval
-from .budget import TokenBudget
-from .cache import Cache, CacheLock, ToolCachePolicy, get_cache, request_cache_key, schema_hash
-from .claude_hooks import HookStopped, PromptBlocked
-from .context_providers import ContextRequest
+from .budget.pricing import set_prices
+from .budget.summary import Summarizer
+from .budget.token_budget import TokenBudget
+from .budget.tokens import estimate_tokens
+from .cache.backends import (
+    Cache,
+    CacheLock,
+    ToolCachePolicy,
+    get_cache,
+    request_cache_key,
+    schema_hash,
+)
+from .cache.tool_results import clear_tool_cache, invalidate, tool_cache_stats
 from .errors import (
     BatchUnanswered,
     ConfigurationError,
@@ -36,9 +42,7 @@ from .errors import (
     WaitTimedOut,
     WorkflowError,
 )
-from .events import Event, Sink, SinkHub
-from .execution import ExecutionEngine, WorkflowCall
-from .extraction import Extract
+from .hooks.runner import HookStopped, PromptBlocked
 from .hookspecs import (
     AgentMiddleware,
     AgentOption,
@@ -53,11 +57,11 @@ from .hookspecs import (
     ToolProvider,
     hookimpl,
 )
-from .mcp_client import Elicitation
-from .plugins import PluginInfo, PluginManager, flush_sinks, get_plugin_manager
-from .pricing import set_prices
-from .prompt import Prompt, PromptOverrides, PromptTemplate, create_prompt
-from .questions import ask_user
+from .mcp.client import Elicitation
+from .plugins.manager import PluginInfo, PluginManager, flush_sinks, get_plugin_manager
+from .prompt.context_providers import ContextRequest
+from .prompt.extraction import Extract
+from .prompt.prompt import Prompt, PromptOverrides, PromptTemplate, create_prompt
 from .reflection import (
     ReflectionAPI,
     ReflectionConfig,
@@ -67,7 +71,7 @@ from .reflection import (
     Reflector,
     is_recoverable,
 )
-from .run_context import (
+from .runtime.context import (
     Frame,
     current_agent,
     current_frame,
@@ -76,13 +80,16 @@ from .run_context import (
     observe_run,
     record_event,
 )
-from .skills import Skill
-from .summary import Summarizer
-from .tokens import estimate_tokens
-from .tool_cache import clear_tool_cache, invalidate, tool_cache_stats
-from .tools import Tool, ToolContext, ToolFailed
-from .tree import EventNode, EventTree, NodeStatus, NodeType
-from .workflow import Workflow, WorkflowContext, WorkflowResult, create_workflow, workflow
+from .scrubbing import sdk_logs as _sdk_logs  # noqa: F401  (the SDK's loggers scrubbed while Groundswell is imported)
+from .scrubbing.serialize import is_secret_key, redact, register_secret, scrub
+from .skills.local import Skill
+from .tools.tool import Tool, ToolContext, ToolFailed
+from .tree.events import Event, Sink, SinkHub
+from .tree.tree import EventNode, EventTree, NodeStatus, NodeType
+from .waits.approval import Approval
+from .waits.questions import ask_user
+from .workflow.execution import ExecutionEngine, WorkflowCall
+from .workflow.workflow import Workflow, WorkflowContext, WorkflowResult, create_workflow, workflow
 
 if TYPE_CHECKING:
     from .agent import (

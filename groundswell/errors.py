@@ -30,7 +30,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .workflow import WorkflowResult
+    from .workflow.workflow import WorkflowResult
 
 __all__ = [
     "BatchUnanswered",

@@ -74,7 +74,7 @@ class CacheBackend(_Record):
     """A cache backend: ``factory()`` returns a `groundswell.Cache`, once per process.
 
     A backend shared between processes may also offer the optional lock
-    (``try_lock``/``unlock``, `groundswell.cache.CacheLock`), so that processes
+    (``try_lock``/``unlock``, `groundswell.cache.backends.CacheLock`), so that processes
     asking the same thing at once make one model call between them.
     """
 
@@ -86,7 +86,7 @@ class ReflectionStrategy(_Record):
 
 @dataclass(frozen=True, slots=True)
 class EventSink(_Record):
-    """An event sink: ``factory()`` returns a `groundswell.events.Sink` (plain ``handle(event)``
+    """An event sink: ``factory()`` returns a `groundswell.tree.events.Sink` (plain ``handle(event)``
     and ``close()``, optional ``flush()``), once per process, when the first run starts.
 
     The factory may return ``None`` when the sink has nothing to do in this
@@ -106,10 +106,10 @@ class ToolProvider(_Record):
 
 @dataclass(frozen=True, slots=True)
 class TokenCounter(_Record):
-    """A token counter: ``factory()`` returns a `groundswell.tokens.Counter`,
+    """A token counter: ``factory()`` returns a `groundswell.budget.tokens.Counter`,
     ``async count(request) -> int``.
 
-    ``request`` is a `groundswell.tokens.CountRequest` (model, messages,
+    ``request`` is a `groundswell.budget.tokens.CountRequest` (model, messages,
     system, tools, and the calling agent's client). The factory runs for each
     budgeted prompt that names the counter.
     """

@@ -795,7 +795,7 @@ def test_tool_signatures_that_cannot_work_are_refused_and_odd_names_work() -> No
     tool = Tool(odd)
     assert sorted(tool.input_schema["properties"]) == ["json", "schema"]
     out = asyncio.run(tool.run({"json": "j"}, ToolContext(agent="a", tool_use_id="t")))
-    assert groundswell.tools.tool_result_content(out) == "j1True"
+    assert groundswell.tools.tool.tool_result_content(out) == "j1True"
 
 
 async def test_function_tools_are_built_once_and_reused_across_prompts() -> None:
@@ -803,7 +803,7 @@ async def test_function_tools_are_built_once_and_reused_across_prompts() -> None
     agent = agent_for(fake, tools=[add])
     await agent.prompt("one")
     await agent.prompt("two")
-    assert groundswell.tools.tool_for(add) is groundswell.tools.tool_for(add)
+    assert groundswell.tools.tool.tool_for(add) is groundswell.tools.tool.tool_for(add)
     assert fake.requests[0].tools == fake.requests[1].tools
 
 

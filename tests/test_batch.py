@@ -26,10 +26,10 @@ from groundswell import (
     PromptOverrides,
     WorkflowContext,
     WorkflowError,
-    batching,
     workflow,
 )
-from groundswell.batching import BatchTicket, wait_result
+from groundswell.model import batching
+from groundswell.model.batching import BatchTicket, wait_result
 from groundswell.testing import (
     FakeAnthropicAPI,
     MessagesRequest,
@@ -416,4 +416,4 @@ async def test_a_batched_call_costs_half_the_direct_price_of_the_same_usage() ->
     # ...at the batch price: half, as the node, the prompt and the result say.
     assert b_call.metrics["cost_usd"] == pytest.approx(d_call.metrics["cost_usd"] / 2)
     assert batched.cost_usd == pytest.approx(direct.cost_usd / 2)
-    assert groundswell.pricing.BATCH_DISCOUNT == 0.5
+    assert groundswell.budget.pricing.BATCH_DISCOUNT == 0.5

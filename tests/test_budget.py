@@ -25,15 +25,15 @@ from groundswell import (
     hookimpl,
     workflow,
 )
-from groundswell.budget import SUMMARIZER_SYSTEM
-from groundswell.testing import FakeAnthropicAPI, MessagesRequest, Reply, text, tool_use
-from groundswell.tokens import (
+from groundswell.budget.token_budget import SUMMARIZER_SYSTEM
+from groundswell.budget.tokens import (
     CountRequest,
     estimate_message,
     estimate_request,
     estimate_tokens,
     get_counter,
 )
+from groundswell.testing import FakeAnthropicAPI, MessagesRequest, Reply, text, tool_use
 
 INSTRUCTION = "Read every page of the report and tell me what it says."
 WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa"]
@@ -258,7 +258,7 @@ async def test_prune_oldest_keeps_a_tool_error_before_the_models_ordinary_words(
 
 
 def test_prune_oldest_ranks_plain_turns_then_words_then_errors_and_instructions() -> None:
-    from groundswell.budget import ESSENTIAL, PLAIN, WORDS, prune_oldest, split_turns
+    from groundswell.budget.token_budget import ESSENTIAL, PLAIN, WORDS, prune_oldest, split_turns
 
     def turn(n: int, *, words: bool = False, failed: bool = False, told: bool = False) -> list[Any]:
         said = [{"type": "text", "text": "I will go on."}] if words else []
@@ -819,7 +819,7 @@ async def test_the_response_schema_counts_towards_the_budget() -> None:
 
 
 def test_a_paused_turn_and_its_continuation_are_one_turn() -> None:
-    from groundswell.budget import split_turns
+    from groundswell.budget.token_budget import split_turns
 
     messages = [
         {"role": "user", "content": "search the web"},

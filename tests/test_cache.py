@@ -31,8 +31,8 @@ from groundswell import (
     invalidate,
     tool_cache_stats,
 )
-from groundswell._canonical import canonical_json
-from groundswell.cache import request_cache_key
+from groundswell.cache.backends import request_cache_key
+from groundswell.cache.canonical import canonical_json
 from groundswell.testing import FakeAnthropicAPI, json_reply, text, tool_use
 
 BASE: dict[str, Any] = {
@@ -130,7 +130,7 @@ def test_key_ignores_headers_and_never_hashes_secrets() -> None:
 
 def test_key_is_stable_across_processes() -> None:
     code = (
-        "import json, sys\nfrom groundswell.cache import request_cache_key\n"
+        "import json, sys\nfrom groundswell.cache.backends import request_cache_key\n"
         "print(request_cache_key('judge', json.loads(sys.stdin.read())))"
     )
     keys = {

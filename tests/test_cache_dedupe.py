@@ -1,7 +1,7 @@
 """Concurrent identical prompts make one model call: across event loops, threads and processes.
 
 Within a process the kernel merges callers of one key on every event loop;
-across processes a backend that offers a lock (`groundswell.cache.CacheLock`,
+across processes a backend that offers a lock (`groundswell.cache.backends.CacheLock`,
 the bundled Redis one) does, with waiting callers that take over when the
 holder dies. A failing lock never loses an answer.
 """

@@ -19,11 +19,11 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from groundswell import Agent, Prompt
-from groundswell._canonical import canonical_bytes, canonical_json, canonicalize
-from groundswell.cache import request_cache_key, through_cache
-from groundswell.cache_guard import Deadline, within
+from groundswell.cache.backends import request_cache_key, through_cache
+from groundswell.cache.canonical import canonical_bytes, canonical_json, canonicalize
+from groundswell.cache.guard import Deadline, within
 from groundswell.testing import FakeAnthropicAPI, json_reply, text
-from groundswell.tree import EventTree
+from groundswell.tree.tree import EventTree
 
 json_values = st.recursive(
     st.none()

@@ -1,7 +1,7 @@
 """A cache backend that hangs or keeps failing never holds a prompt up for long.
 
 Every backend call has a deadline; a backend that keeps failing is skipped for
-a while, then tried again; each outage is logged once on ``groundswell.cache``.
+a while, then tried again; each outage is logged once on ``groundswell.cache.backends``.
 """
 
 from __future__ import annotations

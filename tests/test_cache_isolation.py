@@ -116,7 +116,7 @@ async def test_one_fake_keeps_its_cache_across_its_clients_and_shares_on_request
 
 
 async def test_scopes_keep_keys_of_real_clients_unchanged() -> None:
-    from groundswell.cache import answer_scope, request_cache_key
+    from groundswell.cache.backends import answer_scope, request_cache_key
 
     fake = FakeAnthropicAPI()
     client = fake.client()

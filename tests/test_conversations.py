@@ -26,7 +26,8 @@ from groundswell import (
     WorkflowContext,
     workflow,
 )
-from groundswell.budget import SUMMARIZER_SYSTEM
+from groundswell.budget.token_budget import SUMMARIZER_SYSTEM
+from groundswell.budget.tokens import CountRequest, estimate_message, estimate_request
 from groundswell.testing import (
     FakeAnthropicAPI,
     MessagesRequest,
@@ -35,7 +36,6 @@ from groundswell.testing import (
     text,
     tool_use,
 )
-from groundswell.tokens import CountRequest, estimate_message, estimate_request
 
 
 def add(a: int, b: int) -> int:

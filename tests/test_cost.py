@@ -43,7 +43,7 @@ from groundswell import (
     set_prices,
     workflow,
 )
-from groundswell.budget import SUMMARIZER_SYSTEM
+from groundswell.budget.token_budget import SUMMARIZER_SYSTEM
 from groundswell.testing import FakeAnthropicAPI, MessagesRequest, Reply, json_reply, text, tool_use
 
 MODEL = "claude-sonnet-4-6"
@@ -350,13 +350,13 @@ async def test_an_unknown_model_costs_none_not_zero_and_warns_once(
         await ctx.step("one", lambda: agent.prompt("a"))
         await ctx.step("two", lambda: agent.prompt("b"))
 
-    with caplog.at_level(logging.WARNING, "groundswell.pricing"):
+    with caplog.at_level(logging.WARNING, "groundswell.budget.pricing"):
         run = await unpriced.run()
     assert run.cost_usd is None
     for node in run.tree.walk():
         if node.type in (*SUMMED, NodeType.MODEL_CALL):
             assert node.metrics["cost_usd"] is None, node
-    warnings = [r.getMessage() for r in caplog.records if r.name == "groundswell.pricing"]
+    warnings = [r.getMessage() for r in caplog.records if r.name == "groundswell.budget.pricing"]
     assert len(warnings) == 1
     assert "not-a-model-the-table-knows" in warnings[0] and "set_prices" in warnings[0]
     assert "$?" in run.tree.render()

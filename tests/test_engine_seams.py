@@ -29,7 +29,6 @@ from groundswell import (
     WaitClosed,
     WorkflowCall,
     WorkflowContext,
-    execution,
     get_plugin_manager,
     hookimpl,
     waits,
@@ -37,6 +36,7 @@ from groundswell import (
 )
 from groundswell.testing import FakeAnthropicAPI, auto_answer, text, tool_use
 from groundswell.waits import Answered, Decision, Wait, WaitOpening
+from groundswell.workflow import execution
 
 
 class KeepingEngine:

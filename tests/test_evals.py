@@ -19,7 +19,7 @@ from pydantic import BaseModel
 
 import groundswell
 from groundswell import Agent, ConfigurationError, PluginManager, WorkflowContext, evals, workflow
-from groundswell.plugins import reset_plugin_manager
+from groundswell.plugins.manager import reset_plugin_manager
 from groundswell.testing import FakeAnthropicAPI, MessagesRequest, Reply, text, tool_use
 
 DIST = Path(__file__).resolve().parent / "data" / "evaluator_dist"

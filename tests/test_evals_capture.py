@@ -12,7 +12,7 @@ import yaml
 
 from groundswell import Agent, ConfigurationError, WorkflowContext, WorkflowError, evals, workflow
 from groundswell.testing import FakeAnthropicAPI, MessagesRequest, Reply, text, tool_use
-from groundswell.tree import EventTree
+from groundswell.tree.tree import EventTree
 
 STATUS = {"A-1": "shipped", "B-2": "delayed", "C-3": "lost"}
 

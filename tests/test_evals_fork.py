@@ -14,7 +14,7 @@ from groundswell import Agent, ConfigurationError, WorkflowContext, workflow
 from groundswell.agent.overrides import override_agents_here
 from groundswell.evals import Fork, fork
 from groundswell.testing import FakeAnthropicAPI, MessagesRequest, text, tool_use
-from groundswell.tree import EventTree
+from groundswell.tree.tree import EventTree
 
 
 def answer(request: MessagesRequest) -> Any:

@@ -15,7 +15,7 @@ import pytest
 
 from groundswell.evals import Report, compare
 from groundswell.testing import FakeAnthropicAPI, FunctionModel, error
-from groundswell.tree import EventTree
+from groundswell.tree.tree import EventTree
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 

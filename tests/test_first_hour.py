@@ -27,7 +27,7 @@ from groundswell import (
     workflow,
 )
 from groundswell.cli import main
-from groundswell.plugins import PluginManager
+from groundswell.plugins.manager import PluginManager
 from groundswell.testing import FakeAnthropicAPI, text
 
 # -- 1. Prompt and PromptOverrides say which keyword was meant -----------------------

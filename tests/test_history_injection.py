@@ -230,7 +230,7 @@ async def test_an_object_with_provide_and_a_stuck_provider(
         return "never"
 
     groundswell.register_secret("sk-ant-api03-shouldnotleak")
-    monkeypatch.setattr("groundswell.prompt_context.TIMEOUT_S", 0.2)
+    monkeypatch.setattr("groundswell.prompt.context_providers.TIMEOUT_S", 0.2)
     fake = FakeAnthropicAPI([text("a"), text("b")])
     agent = Agent(name="ruled", context=[Rules(), stuck], client=fake.client())
     with caplog.at_level(logging.WARNING, logger="groundswell.context"):

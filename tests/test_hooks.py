@@ -31,14 +31,14 @@ from groundswell import (
     WorkflowContext,
     WorkflowResult,
     cli,
-    execution,
     get_plugin_manager,
     hookimpl,
     hookspecs,
     workflow,
 )
+from groundswell.budget.tokens import CountRequest
 from groundswell.testing import FakeAnthropicAPI, text
-from groundswell.tokens import CountRequest
+from groundswell.workflow import execution
 
 from .conftest import RecordingSink
 

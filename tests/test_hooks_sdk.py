@@ -32,10 +32,10 @@ from groundswell import (
     TokenBudget,
     TokenBudgetExceeded,
     Tool,
-    batching,
 )
-from groundswell.claude_hooks import HOOK_EVENTS, SILENT_EVENTS
-from groundswell.middleware.claude_hooks import CANCELLED_DEADLINE
+from groundswell.hooks.middleware import CANCELLED_DEADLINE
+from groundswell.hooks.runner import HOOK_EVENTS, SILENT_EVENTS
+from groundswell.model import batching
 from groundswell.testing import FakeAnthropicAPI, error, text, tool_calls, tool_use
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "tools.md"

@@ -20,10 +20,10 @@ import pytest
 
 import groundswell
 from groundswell import EventNode, EventTree, NodeStatus, NodeType, WorkflowContext, workflow
-from groundswell._serialize import jsonable
-from groundswell.node import new_node
-from groundswell.run_context import Frame, current_frame, enter_frame, reset_frame
+from groundswell.runtime.context import Frame, current_frame, enter_frame, reset_frame
+from groundswell.scrubbing.serialize import jsonable
 from groundswell.testing import FakeAnthropicAPI, text
+from groundswell.tree.node import new_node
 
 ID = re.compile(r"[0-9a-f]{16}")
 

@@ -20,101 +20,71 @@ PACKAGE = ROOT / "groundswell"
 
 # Module -> layer; a module may import modules of its own layer or below.
 LAYERS: dict[str, int] = {
-    "groundswell._canonical": 0,
-    "groundswell._sdk_logs": 0,
-    "groundswell.thinking_blocks": 0,
-    "groundswell._scrub": 0,
-    "groundswell._serialize": 0,
+    # 0: errors, the plugin contract, and leaf modules every layer may use
     "groundswell.errors": 0,
     "groundswell.hookspecs": 0,
-    "groundswell.events": 0,
-    "groundswell.settings_check": 0,
-    "groundswell.request_fields": 0,
-    "groundswell.request_settings": 0,
-    "groundswell.tracebacks": 0,
-    "groundswell.node": 1,
-    # what model calls cost: the price table, dollar budgets, and pricing on read
-    "groundswell.pricing": 1,
+    "groundswell.scrubbing": 0,  # the scrubber, JSON-safe snapshots, the SDK's loggers
+    "groundswell.cache.canonical": 0,
+    "groundswell.tree.events": 0,
+    "groundswell.tree.tracebacks": 0,
+    "groundswell.model.thinking_blocks": 0,
+    "groundswell.model.settings_check": 0,
+    "groundswell.model.request_fields": 0,
+    "groundswell.model.request_settings": 0,
+    # 1: the tree (and what its nodes' costs are read from: the price table)
     "groundswell.tree": 1,
-    "groundswell._render": 1,
-    "groundswell.plugin_records": 2,
+    "groundswell.budget.pricing": 1,
+    # 2: the plugin registry
     "groundswell.plugins": 2,
-    "groundswell.run_context": 3,
-    "groundswell.blocking": 3,
-    # building blocks: model, prompt, tools and the data each feature works on
+    # 3: where a run is
+    "groundswell.runtime": 3,
+    # 4: building blocks: model, prompt, tools, workflows and each feature's logic
     "groundswell.model": 4,
-    "groundswell.api_retries": 4,
-    # model requests collected into Message Batches, and their results awaited
-    "groundswell.batching": 4,
+    "groundswell.prompt": 4,
     "groundswell.tools": 4,
-    "groundswell.mcp_config": 4,
-    "groundswell.mcp_bridge": 4,
-    "groundswell.mcp_session": 4,
-    "groundswell.mcp_client": 4,
-    "groundswell.mcp_calls": 4,
-    "groundswell.mcp_capabilities": 4,
-    "groundswell.mcp_content": 4,
-    "groundswell.mcp_resources": 4,
-    "groundswell.mcp_tools": 4,
+    "groundswell.mcp": 4,
     "groundswell.skills": 4,
-    "groundswell.claude_hooks": 4,
-    "groundswell.extraction": 4,
-    "groundswell.tokens": 4,
+    "groundswell.hooks": 4,
     "groundswell.cache": 4,
-    "groundswell.cache_markers": 4,
-    "groundswell.tool_cache": 4,
-    "groundswell.summary": 4,
-    "groundswell.cache_guard": 4,
-    "groundswell.inflight": 4,
     "groundswell.budget": 4,
     "groundswell.reflection": 4,
-    "groundswell.recoverable": 4,
-    "groundswell.context_providers": 4,
-    "groundswell.execution": 4,
-    "groundswell.prompt": 4,
-    "groundswell.outcomes": 4,
-    "groundswell.step_body": 4,
-    "groundswell.revision": 4,
-    "groundswell.workflow_input": 4,
-    "groundswell.workflow_options": 4,
-    # people in the loop: waits the kernel opens through the execution engine
-    "groundswell.waits": 4,
-    # tool approval's policy, and the ask_user tool: people in the loop for agents
-    "groundswell.approval": 4,
-    "groundswell.questions": 4,
     "groundswell.workflow": 4,
-    # the agent loop
+    "groundswell.waits": 4,
+    # 5: the agent loop (and what answers an MCP server's sampling with an agent)
     "groundswell.agent": 5,
-    "groundswell.mcp_sampling": 5,
-    # the kernel's default middleware
+    "groundswell.mcp.sampling": 5,
+    # 6: the kernel's default middleware, each beside the feature it serves
     "groundswell.middleware": 6,
-    # the public API and what only users call
+    "groundswell.reflection.middleware": 6,
+    "groundswell.hooks.middleware": 6,
+    "groundswell.hooks.tool_calls": 6,
+    "groundswell.prompt.extraction_middleware": 6,
+    "groundswell.prompt.context_middleware": 6,
+    "groundswell.skills.middleware": 6,
+    "groundswell.mcp.middleware": 6,
+    "groundswell.budget.middleware": 6,
+    "groundswell.budget.summarize": 6,
+    "groundswell.budget.context_ttl": 6,
+    "groundswell.waits.approval_middleware": 6,
+    "groundswell.cache.middleware": 6,
+    "groundswell.cache.prompt_cache": 6,
+    "groundswell.tools.timeout": 6,
+    "groundswell.model.batch_middleware": 6,
+    # 7: the public API and what only users call
     "groundswell": 7,
-    "groundswell.cli": 7,
     "groundswell.__main__": 7,
-    "groundswell._cli_run": 7,
-    "groundswell._cli_interrupt": 7,
-    "groundswell._cli_waits": 7,
+    "groundswell.cli": 7,
     # answering waits from another process (over HTTP, or a backend a plugin registers)
-    "groundswell.waits_client": 7,
+    "groundswell.waits.client": 7,
     "groundswell.testing": 7,
     # evals: datasets, evaluators, runs and reports, capture and fork (users and CI call it)
     "groundswell.evals": 7,
     # AG-UI: a workflow or an agent served to AG-UI clients (an ASGI app)
     "groundswell.agui": 7,
-    "groundswell.testing._checks": 7,
-    "groundswell._examples": 7,
-    # old import paths, kept working
-    "groundswell.context": 7,
-    "groundswell.hooks": 7,
-    "groundswell.prompt_context": 7,
 }
 # tree.render() imports the renderer (and rich) only when called.
 ALLOWED_CYCLES = [
-    {"groundswell.tree", "groundswell._render"},
-    # `groundswell.tools.Skill`, kept for code that imported it from there: a lazy
-    # module `__getattr__`, resolved only when that old name is used.
-    {"groundswell.skills", "groundswell.tools"},
+    {"groundswell.tree.tree", "groundswell.tree._render"},
 ]
 
 

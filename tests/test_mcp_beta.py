@@ -23,7 +23,7 @@ from anthropic.types.beta import (
 from pydantic import TypeAdapter
 
 from groundswell import Agent, ConfigurationError, Prompt, TokenBudget
-from groundswell.mcp_bridge import LEGACY_MCP_CLIENT_BETA, MCP_CLIENT_BETA, remote_request
+from groundswell.mcp.bridge import LEGACY_MCP_CLIENT_BETA, MCP_CLIENT_BETA, remote_request
 from groundswell.testing import FakeAnthropicAPI, MessagesRequest, text
 
 ANY_TOOL: TypeAdapter[Any] = TypeAdapter(BetaToolUnionParam)

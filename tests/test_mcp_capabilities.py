@@ -323,8 +323,8 @@ async def test_sampling_true_never_asks_for_more_than_the_calling_agents_max_tok
 async def test_a_server_gets_an_error_past_the_completions_one_call_may_ask_for() -> None:
     from mcp.types import CreateMessageRequestParams, ErrorData
 
-    from groundswell.mcp_capabilities import Call
-    from groundswell.mcp_sampling import MAX_SAMPLING_PER_CALL, answer_sampling
+    from groundswell.mcp.capabilities import Call
+    from groundswell.mcp.sampling import MAX_SAMPLING_PER_CALL, answer_sampling
 
     sampler = Agent(name="sampler", client=FakeAnthropicAPI(["Teal."] * 20).client())
     params = CreateMessageRequestParams.model_validate(
@@ -535,7 +535,7 @@ def test_an_agents_on_elicitation_must_be_callable() -> None:
 def test_a_sampling_agent_and_roots_are_accepted_and_roots_resolve_against_cwd(
     tmp_path: Path,
 ) -> None:
-    from groundswell.mcp_bridge import MCPBridge
+    from groundswell.mcp.bridge import MCPBridge
 
     server = {
         "name": "srv",

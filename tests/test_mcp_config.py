@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from groundswell import Agent, ConfigurationError, Prompt
-from groundswell.mcp_bridge import LEGACY_MCP_CLIENT_BETA
+from groundswell.mcp.bridge import LEGACY_MCP_CLIENT_BETA
 from groundswell.testing import FakeAnthropicAPI, MessagesRequest, Reply, text, tool_use
 
 DOCS = {"type": "url", "name": "docs", "url": "https://mcp.example.com/mcp"}

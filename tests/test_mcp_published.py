@@ -36,7 +36,7 @@ from pydantic import TypeAdapter
 
 import groundswell
 from groundswell import Agent, ConfigurationError, ToolError
-from groundswell.mcp_config import CALL_TIMEOUT
+from groundswell.mcp.config import CALL_TIMEOUT
 from groundswell.testing import FakeAnthropicAPI, MessagesRequest, Reply, text, tool_use
 
 from .published_mcp import ROOT, npm_server, pypi_server
@@ -449,7 +449,7 @@ async def test_a_start_timeout_fails_within_half_a_second_of_its_deadline() -> N
 async def test_a_caller_cancelled_as_its_server_stops_stays_cancelled() -> None:
     from mcp.server.mcpserver import MCPServer
 
-    from groundswell.mcp_bridge import MCPBridge, MCPConnection
+    from groundswell.mcp.bridge import MCPBridge, MCPConnection
 
     (server,) = MCPBridge([MCPServer("quiet")], {}).local
     connection = MCPConnection(server)
@@ -633,7 +633,8 @@ def test_a_server_ignoring_sigterm_is_killed_when_the_program_ends_before_its_si
         textwrap.dedent(
             f"""
             import asyncio
-            from groundswell import Agent, mcp_calls
+            from groundswell import Agent
+            from groundswell.mcp import calls as mcp_calls
             from groundswell.testing import FakeAnthropicAPI, text, tool_use
 
             # The SIGKILL timer would fire long after this program has ended.

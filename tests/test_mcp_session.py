@@ -19,7 +19,7 @@ import pytest
 from mcp.server.mcpserver import MCPServer
 
 from groundswell import Agent, EventTree, Prompt, ToolError, WorkflowContext, workflow
-from groundswell.mcp_session import session_for
+from groundswell.mcp.session import session_for
 from groundswell.testing import FakeAnthropicAPI, MessagesRequest, Reply, text, tool_use
 
 SERVER_SCRIPT = """

@@ -46,7 +46,7 @@ from groundswell import (
     workflow,
 )
 from groundswell.agent import ModelNext, PromptNext, PromptResult, ToolNext
-from groundswell.plugins import reset_plugin_manager
+from groundswell.plugins.manager import reset_plugin_manager
 from groundswell.testing import FakeAnthropicAPI, error, json_reply, text, tool_use
 
 DIST = Path(__file__).parent / "data" / "middleware_dist"
@@ -748,7 +748,7 @@ class FdExhaustedOnce:
         return None
 
 sys.meta_path.insert(
-    0, FdExhaustedOnce("groundswell.middleware.claude_hooks", "groundswell.middleware.tool_timeout")
+    0, FdExhaustedOnce("groundswell.hooks.middleware", "groundswell.tools.timeout")
 )
 ran = []
 
@@ -841,7 +841,7 @@ async def test_a_named_middleware_whose_factory_raises_is_reported_naming_its_pl
 RELOAD = """import asyncio, gc, os
 import groundswell
 from groundswell import Agent
-from groundswell.plugins import reset_plugin_manager
+from groundswell.plugins.manager import reset_plugin_manager
 from groundswell.testing import FakeAnthropicAPI
 
 fake = FakeAnthropicAPI(lambda request: "ok")

@@ -676,7 +676,7 @@ async def _a_budget_slides_the_window() -> FakeAnthropicAPI:
 
 async def _a_budget_summarizes() -> FakeAnthropicAPI:
     from groundswell import TokenBudget
-    from groundswell.budget import SUMMARIZER_SYSTEM
+    from groundswell.budget.token_budget import SUMMARIZER_SYSTEM
 
     pages = iter(range(1, 7))
 

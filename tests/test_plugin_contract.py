@@ -40,8 +40,7 @@ from groundswell import (
     invalidate,
 )
 from groundswell.agent import ModelNext, PromptNext, ToolNext
-from groundswell.events import Event, SinkHub
-from groundswell.execution import LocalEngine
+from groundswell.budget.tokens import CountRequest
 from groundswell.testing import (
     FakeAnthropicAPI,
     ProtocolViolation,
@@ -53,7 +52,8 @@ from groundswell.testing import (
     text,
     tool_use,
 )
-from groundswell.tokens import CountRequest
+from groundswell.tree.events import Event, SinkHub
+from groundswell.workflow.execution import LocalEngine
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICK_TTL = 0.1  # the checkers' ttl: short, as every test here waits it out once

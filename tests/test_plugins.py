@@ -24,8 +24,8 @@ from groundswell import (
     TokenCounter,
     hookimpl,
 )
-from groundswell.execution import get_engine
-from groundswell.tokens import get_counter
+from groundswell.budget.tokens import get_counter
+from groundswell.workflow.execution import get_engine
 
 GOOD = """
 from groundswell import CacheBackend, ToolProvider, hookimpl
@@ -207,7 +207,9 @@ def test_a_tryfirst_plugin_replaces_a_kernel_record_without_an_error() -> None:
     manager.check()
     assert manager.execution_backends()["local"].description == "mine"
     assert manager.provides()["replacement"] == {"register_execution_backends": ["local"]}
-    assert "register_execution_backends" not in manager.provides()[groundswell.plugins.BUILTIN]
+    assert (
+        "register_execution_backends" not in manager.provides()[groundswell.plugins.manager.BUILTIN]
+    )
     assert manager.errors == {}
 
 

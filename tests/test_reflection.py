@@ -31,7 +31,7 @@ from groundswell import (
     is_recoverable,
     workflow,
 )
-from groundswell.plugins import reset_plugin_manager
+from groundswell.plugins.manager import reset_plugin_manager
 from groundswell.testing import FakeAnthropicAPI, error, json_reply, text, tool_use
 
 FEEDBACK = ReflectionConfig(strategy="feedback")

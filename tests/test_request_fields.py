@@ -259,7 +259,7 @@ def test_with_takes_the_sdks_fields_as_the_constructor_does() -> None:
 
 
 async def test_a_credential_field_is_redacted_and_kept_out_of_cache_keys() -> None:
-    from groundswell.cache import request_cache_key
+    from groundswell.cache.backends import request_cache_key
 
     token = "fct-7f3a9c2e41d84b6aa0c1"
     overrides = PromptOverrides(fallback_credit_token=token)

@@ -962,7 +962,7 @@ def test_a_secret_set_in_the_environment_is_scrubbed_at_once(
 
 
 def test_a_command_line_keeps_its_options_and_registers_only_credentials() -> None:
-    from groundswell._scrub import argv_secrets, scrub_argv
+    from groundswell.scrubbing.scrubber import argv_secrets, scrub_argv
 
     mysql = ["mysql", "-uroot", "-pMyKey_2024", "warehouse_prod"]
     assert scrub_argv(mysql) == ["mysql", "-uroot", f"-p{REDACTED}", "warehouse_prod"]

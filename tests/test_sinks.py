@@ -17,7 +17,7 @@ import pytest
 
 import groundswell
 from groundswell import Event, EventTree, WorkflowContext, workflow
-from groundswell.events import QUEUE_SIZE, SinkHub
+from groundswell.tree.events import QUEUE_SIZE, SinkHub
 
 from .conftest import RecordingSink
 

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from groundswell import Agent, ConfigurationError, Prompt, PromptOverrides, Skill
-from groundswell.skills import MAX_TEXT_CHARS
+from groundswell.skills.local import MAX_TEXT_CHARS
 from groundswell.testing import FakeAnthropicAPI, text, tool_calls, tool_use
 
 CLAUDE_DOCS = """\
@@ -455,8 +455,8 @@ def test_yaml_aliases_in_the_front_matter_are_refused(tmp_path: Path) -> None:
 
 
 def test_skill_is_still_importable_from_groundswell_tools() -> None:
-    import groundswell.tools
-    from groundswell.tools import Skill as FromTools
+    import groundswell.tools.tool
+    from groundswell.tools.tool import Skill as FromTools
 
     assert FromTools is Skill
-    assert "Skill" in groundswell.tools.__all__
+    assert "Skill" in groundswell.tools.tool.__all__

@@ -24,7 +24,7 @@ from groundswell import (
     tool_cache_stats,
     workflow,
 )
-from groundswell.cache import answer_scope
+from groundswell.cache.backends import answer_scope
 from groundswell.testing import FakeAnthropicAPI, text, tool_use
 
 TOOLS_ONLY = PromptOverrides(disable_cache=True)  # answers never cached: tools decide

@@ -14,7 +14,7 @@ import pytest
 
 import groundswell
 from groundswell import EventTree, NodeStatus, NodeType, WorkflowContext, workflow
-from groundswell.tracebacks import MAX_FRAMES, format_traceback
+from groundswell.tree.tracebacks import MAX_FRAMES, format_traceback
 
 from .otlp_receiver import OTLPReceiver
 
@@ -314,7 +314,7 @@ def test_the_live_view_cuts_wide_lines_with_an_ellipsis() -> None:
     from rich.console import Console
     from rich.live_render import LiveRender
 
-    from groundswell._render import rich_tree
+    from groundswell.tree._render import rich_tree
 
     tree = EventTree()
     tree.start_node(NodeType.STEP, "n" * 100)

@@ -35,8 +35,8 @@ from groundswell import (
     WorkflowContext,
     workflow,
 )
-from groundswell.node import label_parts
 from groundswell.testing import FakeAnthropicAPI, text, tool_use
+from groundswell.tree.node import label_parts
 
 from .test_history_api import SECRET
 

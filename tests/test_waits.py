@@ -29,14 +29,15 @@ from groundswell import (
     WorkflowCall,
     WorkflowContext,
     WorkflowError,
-    execution,
     get_plugin_manager,
     hookimpl,
     waits,
     workflow,
 )
 from groundswell.testing import FakeAnthropicAPI, auto_answer, text, tool_use
-from groundswell.waits import Decision, Wait, open_wait
+from groundswell.waits import Decision, Wait
+from groundswell.waits.core import open_wait
+from groundswell.workflow import execution
 
 from .conftest import RecordingSink
 

@@ -21,10 +21,10 @@ from fastapi import FastAPI
 from groundswell_history import HistoryStore, serve_app, serving
 
 import groundswell
-from groundswell import waits_client
 from groundswell.cli import main
 from groundswell.waits import Answered, Wait
-from groundswell.waits_client import (
+from groundswell.waits import client as waits_client
+from groundswell.waits.client import (
     HTTPWaits,
     WaitsClient,
     WaitsServerError,

@@ -24,11 +24,12 @@ from groundswell import (
     WorkflowContext,
     workflow,
 )
-from groundswell.waits import Wait, open_wait
-from groundswell.waits_client import (
+from groundswell.waits import Wait
+from groundswell.waits.client import (
     HTTPWaits,
     WaitsServerError,
 )
+from groundswell.waits.core import open_wait
 
 from .conftest import RecordingSink
 from .test_history_api import SECRET

@@ -38,7 +38,7 @@ _CORE = {"DEFAULT_MODEL", "Agent", "create_agent"}
 
 def __getattr__(name: str) -> Any:
     if name in _CORE:
-        from .._sdk_logs import install
+        from ..scrubbing.sdk_logs import install
         from . import core
 
         install()  # the SDK is loaded now: its loggers are scrubbed too

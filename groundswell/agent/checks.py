@@ -8,10 +8,10 @@ import typing
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .._serialize import register_secret
 from ..errors import ConfigurationError
-from ..model import type_name
-from ..plugins import get_plugin_manager
+from ..model.calls import type_name
+from ..plugins.manager import get_plugin_manager
+from ..scrubbing.serialize import register_secret
 
 __all__ = [
     "NO_LOOP",
@@ -41,7 +41,7 @@ def check_options(given: Mapping[str, Any], owner: str, own: frozenset[str]) -> 
                 raise ConfigurationError(
                     f"{owner}: Agent() got an unknown option {name!r}; {_ELSEWHERE[name]}"
                 )
-            from ..request_fields import sdk_fields
+            from ..model.request_fields import sdk_fields
 
             choices = sorted(own | declared.keys() | sdk_fields())
             close = difflib.get_close_matches(name, choices, 3, 0.75)

@@ -6,12 +6,12 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from ..cache import ToolCachePolicy
+from ..cache.backends import ToolCachePolicy
 from ..errors import ConfigurationError
-from ..prompt import check_cache_name
-from ..request_fields import sdk_fields
-from ..settings_check import check_flag
-from ..tools import check_cache_policy
+from ..model.request_fields import sdk_fields
+from ..model.settings_check import check_flag
+from ..prompt.prompt import check_cache_name
+from ..tools.tool import check_cache_policy
 
 __all__ = ["check_cache_choice", "check_tool_cache", "model_or_default", "request_options"]
 

@@ -16,24 +16,24 @@ import weakref
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar, overload
 
-from .._serialize import register_secret
-from ..approval import Approval, Policy, check_approval
-from ..blocking import run_blocking
-from ..budget import TokenBudget, check_budget, check_retention
-from ..cache import Cache, ToolCachePolicy
-from ..claude_hooks import check_hooks
-from ..context_providers import check_context
+from ..budget.token_budget import TokenBudget, check_budget, check_retention
+from ..cache.backends import Cache, ToolCachePolicy
 from ..errors import ConfigurationError
-from ..mcp_bridge import check_mcps
-from ..mcp_client import Elicitation, check_elicitation_handler
-from ..mcp_config import register_mcp_secrets
-from ..plugins import get_plugin_manager
-from ..prompt import NO_OVERRIDES, Prompt, PromptOverrides
+from ..hooks.runner import check_hooks
+from ..mcp.bridge import check_mcps
+from ..mcp.client import Elicitation, check_elicitation_handler
+from ..mcp.config import register_mcp_secrets
+from ..model.settings_check import check_flag, check_settings
+from ..plugins.manager import get_plugin_manager
+from ..prompt.context_providers import check_context
+from ..prompt.prompt import NO_OVERRIDES, Prompt, PromptOverrides
 from ..reflection import ReflectionConfig, ReflectionEntry, note_agent, resolve_config
-from ..run_context import RunWatch, current_frame, current_watch, new_run_tree
-from ..settings_check import check_flag, check_settings
-from ..skills import check_skills
-from ..tools import DepsT, check_context_ttl, check_timeout, check_tools
+from ..runtime.blocking import run_blocking
+from ..runtime.context import RunWatch, current_frame, current_watch, new_run_tree
+from ..scrubbing.serialize import register_secret
+from ..skills.local import check_skills
+from ..tools.tool import DepsT, check_context_ttl, check_timeout, check_tools
+from ..waits.approval import Approval, Policy, check_approval
 from .checks import NO_LOOP, check_options, deps_check, deps_error, make_client, overrides_error
 from .config import check_cache_choice, check_tool_cache, model_or_default, request_options
 from .loop import run_prompt
@@ -665,15 +665,15 @@ class Agent(Generic[DepsT]):
         """``async with agent:`` keeps its local MCP servers running for the prompts inside.
 
         Each server starts on the first prompt that needs it and stops when the
-        block ends (`groundswell.mcp_session`); prompts outside start their own.
+        block ends (`groundswell.mcp.session`); prompts outside start their own.
         """
-        from ..mcp_session import enter_session
+        from ..mcp.session import enter_session
 
         enter_session(self)
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
-        from ..mcp_session import exit_session
+        from ..mcp.session import exit_session
 
         await exit_session(self)
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..prompt import Prompt, PromptOverrides
-from ..run_context import Frame, current_frame, new_run_tree, reset_frame, set_frame
-from ..tree import NodeStatus, NodeType
+from ..prompt.prompt import Prompt, PromptOverrides
+from ..runtime.context import Frame, current_frame, new_run_tree, reset_frame, set_frame
+from ..tree.tree import NodeStatus, NodeType
 
 if TYPE_CHECKING:
     from .core import Agent

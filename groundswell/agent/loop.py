@@ -14,9 +14,8 @@ import asyncio
 from collections.abc import Awaitable
 from typing import Any
 
-from .._serialize import MAX_ITEMS as _MAX_ITEMS
-from .._serialize import jsonable, jsonable_text
-from ..cache_markers import auto_cache
+from ..budget.pricing import SPEND, cache_share, charge
+from ..cache.markers import auto_cache
 from ..errors import (
     ConfigurationError,
     GroundswellError,
@@ -24,11 +23,12 @@ from ..errors import (
     PluginError,
     ResponseValidationError,
 )
-from ..model import api_error, call_model, is_retryable_stream_error
-from ..node import own_metrics
-from ..pricing import SPEND, cache_share, charge
-from ..run_context import Frame, current_frame, enter_frame, reset_frame, set_frame
-from ..tree import NodeStatus, NodeType
+from ..model.calls import api_error, call_model, is_retryable_stream_error
+from ..runtime.context import Frame, current_frame, enter_frame, reset_frame, set_frame
+from ..scrubbing.serialize import MAX_ITEMS as _MAX_ITEMS
+from ..scrubbing.serialize import jsonable, jsonable_text
+from ..tree.node import own_metrics
+from ..tree.tree import NodeStatus, NodeType
 from .middleware import Layer, Layers
 from .names import UNNAMED, note_unnamed
 from .replies import (
@@ -204,7 +204,7 @@ async def _attempt(run: PromptRun, layers: Layers) -> PromptResult[Any]:
         raise
     finally:
         reset_frame(token)
-    # Its cost is worked out from its model calls when read (`groundswell.node`).
+    # Its cost is worked out from its model calls when read (`groundswell.tree.node`).
     metrics["usage"] = usage
     if usage.get("cache_read_input_tokens"):
         cache_share(metrics, usage)

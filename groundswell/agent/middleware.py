@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import ConfigurationError, GroundswellError, PluginError
-from ..plugins import PluginManager, get_plugin_manager
+from ..plugins.manager import PluginManager, get_plugin_manager
 
 if TYPE_CHECKING:
     from .run import PromptResult, PromptRun, ToolCall

@@ -6,7 +6,7 @@ import logging
 import weakref
 from typing import Any
 
-from ..tree import EventTree
+from ..tree.tree import EventTree
 
 __all__ = ["UNNAMED", "note_unnamed"]
 

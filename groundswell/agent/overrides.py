@@ -32,7 +32,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from ..errors import ConfigurationError
-from ..prompt import NO_OVERRIDES, PromptOverrides
+from ..prompt.prompt import NO_OVERRIDES, PromptOverrides
 
 if TYPE_CHECKING:
     import anthropic
@@ -112,14 +112,14 @@ def check(owner: str, client: Any, settings: dict[str, Any]) -> Forced:
     check_client(client, owner)
     if client is not None:
         # Fakes and real clients alike: the key never reaches the tree or logs.
-        from .._serialize import register_secret
+        from ..scrubbing.serialize import register_secret
 
         api_key = getattr(client, "api_key", None)
         if isinstance(api_key, str):
             register_secret(api_key)
     if not settings:
         return Forced(client, None)
-    from ..request_fields import sdk_fields
+    from ..model.request_fields import sdk_fields
 
     known = {f.name for f in dataclasses.fields(PromptOverrides)} - {"request_fields"}
     unknown = sorted(set(settings) - known - sdk_fields())

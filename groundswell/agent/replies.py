@@ -29,10 +29,10 @@ from ..errors import (
     ModelRefused,
     OutputTruncated,
 )
-from ..thinking_blocks import THINKING_TYPES
+from ..model.thinking_blocks import THINKING_TYPES
 
 if TYPE_CHECKING:
-    from ..tree import EventNode
+    from ..tree.tree import EventNode
     from .run import PromptRun
 
 __all__ = [

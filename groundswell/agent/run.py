@@ -15,17 +15,17 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from ..errors import ConfigurationError, GroundswellError, PluginError
-from ..model import build_request
-from ..node import metrics_of
-from ..plugins import get_plugin_manager
-from ..tools import Tool, ToolHandler, tool_for
-from ..tree import EventNode, EventTree
+from ..model.calls import build_request
+from ..plugins.manager import get_plugin_manager
+from ..tools.tool import Tool, ToolHandler, tool_for
+from ..tree.node import metrics_of
+from ..tree.tree import EventNode, EventTree
 
 if TYPE_CHECKING:
     import anthropic
 
-    from ..prompt import Prompt, PromptOverrides
-    from ..workflow import WorkflowContext
+    from ..prompt.prompt import Prompt, PromptOverrides
+    from ..workflow.workflow import WorkflowContext
     from .core import Agent
 
 __all__ = ["PromptResult", "PromptRun", "StreamEvent", "ToolCall", "Toolbox", "check_history"]
@@ -120,7 +120,7 @@ class ToolCall:
 class Toolbox:
     """The tools of one prompt: handlers by name, and the definitions sent to the API.
 
-    Every tool is a `groundswell.tools.ToolHandler` (a function's `Tool`, a
+    Every tool is a `groundswell.tools.tool.ToolHandler` (a function's `Tool`, a
     toolset's tools, a skill's ``read_skill``, an MCP server's tools); an
     Anthropic tool dict without a handler (a server tool) is only sent.
     """

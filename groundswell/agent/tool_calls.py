@@ -3,7 +3,7 @@
 `tool_call` runs a tool the model asked for as a ``tool_call`` (or ``mcp_call``)
 node, through the ``wrap_tool_call`` layers, and returns the ``tool_result``
 sent back. In a durable run the tool itself goes through the execution
-engine's ``once`` (`groundswell.execution.CheckpointingEngine`): its result is
+engine's ``once`` (`groundswell.workflow.execution.CheckpointingEngine`): its result is
 checkpointed when it returns, and a recovery that reaches the same call gets
 it back instead of calling the tool again.
 """
@@ -14,11 +14,11 @@ import asyncio
 import hashlib
 from typing import Any
 
-from .._canonical import canonical_bytes
+from ..cache.canonical import canonical_bytes
 from ..errors import ToolError
-from ..run_context import enter_frame, reset_frame
-from ..tools import ToolContext, ToolFailed, is_interrupt, tool_error_text, tool_result_content
-from ..tree import NodeStatus, NodeType
+from ..runtime.context import enter_frame, reset_frame
+from ..tools.tool import ToolContext, ToolFailed, is_interrupt, tool_error_text, tool_result_content
+from ..tree.tree import NodeStatus, NodeType
 from .middleware import Layer, Layers
 from .replies import bad_tool_input
 from .run import PromptRun, StreamEvent, ToolCall

@@ -14,7 +14,7 @@ from ..errors import ConfigurationError
 
 if TYPE_CHECKING:
     from ..agent.core import Agent
-    from ..workflow import Workflow
+    from ..workflow.workflow import Workflow
     from .asgi import AGUIApp
 
 __all__ = ["app"]

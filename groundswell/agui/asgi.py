@@ -12,13 +12,13 @@ import threading
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, MutableMapping
 from typing import Any
 
-from .._scrub import scrub
-from .._serialize import jsonable, redact
 from ..agent.core import Agent
 from ..errors import ConfigurationError
-from ..events import Event
-from ..run_context import RunWatch, current_frame, unwatch_runs, watch_runs
-from ..workflow import Workflow
+from ..runtime.context import RunWatch, current_frame, unwatch_runs, watch_runs
+from ..scrubbing.scrubber import scrub
+from ..scrubbing.serialize import jsonable, redact
+from ..tree.events import Event
+from ..workflow.workflow import Workflow
 from .inputs import agent_call, workflow_call
 
 __all__ = ["MAX_BODY", "AGUIApp"]

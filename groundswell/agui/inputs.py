@@ -21,8 +21,8 @@ from typing import Any
 
 from ..agent.run import check_history
 from ..errors import ConfigurationError
-from ..prompt import Prompt
-from ..workflow import Workflow
+from ..prompt.prompt import Prompt
+from ..workflow.workflow import Workflow
 
 __all__ = ["AgentCall", "WorkflowCall", "agent_call", "workflow_call"]
 

@@ -1,6 +1,6 @@
 """A run's tree changes and prompt deltas, translated into AG-UI events as they happen.
 
-`Translator.feed` takes what a `groundswell.run_context.RunWatch` saw, in
+`Translator.feed` takes what a `groundswell.runtime.context.RunWatch` saw, in
 order, and returns the AG-UI events for it:
 
 - ``step`` nodes: STEP_STARTED / STEP_FINISHED, named by their path below the
@@ -45,9 +45,9 @@ from ag_ui.core import (
     ToolCallStartEvent,
 )
 
-from .._scrub import scrub
-from .._serialize import redact
-from ..events import Event
+from ..scrubbing.scrubber import scrub
+from ..scrubbing.serialize import redact
+from ..tree.events import Event
 from .patch import diff
 
 __all__ = ["Translator", "clean", "new_id"]

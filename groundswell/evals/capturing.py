@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .._serialize import MAX_STRING, redact
 from ..errors import ConfigurationError
-from ..tree import EventTree, NodeStatus, NodeType
+from ..scrubbing.serialize import MAX_STRING, redact
+from ..tree.tree import EventTree, NodeStatus, NodeType
 from .dataset import Case, Dataset
 from .targets import Target, as_target
 
@@ -38,7 +38,7 @@ __all__ = ["capture"]
 logger = logging.getLogger("groundswell.evals")
 
 _SUFFIXES = (".yaml", ".yml", ".json")
-# The mark `groundswell._serialize.jsonable` leaves on a string it cut to MAX_STRING.
+# The mark `groundswell.scrubbing.serialize.jsonable` leaves on a string it cut to MAX_STRING.
 _TRUNCATED = re.compile(r"…\[truncated \d+ chars\]\Z")
 
 

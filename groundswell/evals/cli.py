@@ -22,10 +22,10 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .._cli_run import CLIError, load_target_module
 from ..agent import Agent
-from ..node import printable
-from ..workflow import Workflow
+from ..cli.run import CLIError, load_target_module
+from ..tree.node import printable
+from ..workflow.workflow import Workflow
 
 if TYPE_CHECKING:
     from rich.console import Console

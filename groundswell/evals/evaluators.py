@@ -28,7 +28,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from ..errors import ConfigurationError
 
 if TYPE_CHECKING:
-    from ..tree import EventTree
+    from ..tree.tree import EventTree
     from .dataset import Case
 
 __all__ = [

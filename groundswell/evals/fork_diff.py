@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..tree import EventNode, EventTree, NodeType
+from ..tree.tree import EventNode, EventTree, NodeType
 
 __all__ = ["NodeChange", "diff_trees", "short"]
 

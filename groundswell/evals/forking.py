@@ -38,8 +38,8 @@ from pydantic import ValidationError
 from ..agent import Middleware, PromptResult, PromptRun, ToolCall
 from ..agent.overrides import override_agents_here
 from ..errors import ConfigurationError, WorkflowError
-from ..tools import ToolFailed
-from ..tree import EventNode, EventTree, NodeStatus, NodeType
+from ..tools.tool import ToolFailed
+from ..tree.tree import EventNode, EventTree, NodeStatus, NodeType
 from .fork_diff import NodeChange, diff_trees
 from .targets import Target, as_target
 

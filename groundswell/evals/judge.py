@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 
 from ..agent import Agent
 from ..errors import ConfigurationError
-from ..prompt import Prompt
+from ..prompt.prompt import Prompt
 from .evaluators import Evaluator, EvaluatorContext, Score
 
 __all__ = ["JUDGE_SYSTEM", "LLMJudge", "Verdict"]

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import ConfigurationError, GroundswellError, PluginError
-from ..plugins import get_plugin_manager
+from ..plugins.manager import get_plugin_manager
 from .evaluators import Contains, Equals, EqualsExpected, Regex
 from .judge import LLMJudge
 from .tree_checks import (

@@ -16,8 +16,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from .._serialize import redact
 from ..errors import ConfigurationError
+from ..scrubbing.serialize import redact
 
 __all__ = [
     "CaseChange",

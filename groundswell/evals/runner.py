@@ -19,11 +19,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .._serialize import redact
 from ..agent.overrides import override_agents_here
 from ..errors import ConfigurationError, WorkflowError
-from ..tree import EventTree, NodeStatus, NodeType
-from ..workflow import Workflow, WorkflowContext
+from ..scrubbing.serialize import redact
+from ..tree.tree import EventTree, NodeStatus, NodeType
+from ..workflow.workflow import Workflow, WorkflowContext
 from .dataset import Case, Dataset
 from .evaluators import EqualsExpected, EvaluatorContext, Score, evaluator_name, score_of
 from .registry import from_specs

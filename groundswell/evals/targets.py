@@ -19,8 +19,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from ..agent import Agent
 from ..errors import ConfigurationError
-from ..workflow import Workflow, WorkflowContext
-from ..workflow_input import input_model
+from ..workflow.inputs import input_model
+from ..workflow.workflow import Workflow, WorkflowContext
 
 __all__ = ["AgentTarget", "Target", "as_target"]
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ..errors import ConfigurationError
-from ..tree import EventNode, NodeStatus, NodeType
+from ..tree.tree import EventNode, NodeStatus, NodeType
 from .evaluators import Evaluator, EvaluatorContext, Score
 
 __all__ = [

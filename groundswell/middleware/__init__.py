@@ -40,26 +40,74 @@ __all__ = ["DEFAULT_MIDDLEWARE", "register_agent_middleware"]
 
 #: (name, order, module, class, description) of each default middleware.
 DEFAULT_MIDDLEWARE: tuple[tuple[str, int, str, str, str], ...] = (
-    ("reflection", 100, "reflection", "Reflection", "retry a failed prompt with feedback"),
-    ("hooks", 210, "claude_hooks", "ClaudeHooks", "Claude Agent SDK hooks"),
-    ("extraction", 220, "extraction", "Extraction", "Extract rules on the answer"),
-    ("skills", 230, "skills", "Skills", "local and API skills"),
-    ("context", 240, "context", "ContextProviders", "context providers' text"),
-    ("mcp", 250, "mcp", "MCPServers", "MCP servers as tools"),
-    ("context_ttl", 255, "context_ttl", "ContextTTL", "tool results expire (context_ttl)"),
-    ("budget", 260, "budget", "Budget", "token budgets"),
-    ("approval", 280, "approval", "ToolApproval", "tool calls wait for a person's approval"),
-    ("cache", 300, "cache", "AnswerCache", "the answer cache"),
-    ("tool_cache", 310, "cache", "ToolResultCache", "tool-result caching"),
-    ("tool_timeout", 320, "tool_timeout", "ToolTimeout", "a deadline on each tool call"),
-    ("prompt_cache", 900, "prompt_cache", "PromptCache", "Anthropic prompt caching"),
-    ("batch", 950, "batch", "Batch", "model calls through the Message Batches API"),
+    (
+        "reflection",
+        100,
+        "groundswell.reflection.middleware",
+        "Reflection",
+        "retry a failed prompt with feedback",
+    ),
+    ("hooks", 210, "groundswell.hooks.middleware", "ClaudeHooks", "Claude Agent SDK hooks"),
+    (
+        "extraction",
+        220,
+        "groundswell.prompt.extraction_middleware",
+        "Extraction",
+        "Extract rules on the answer",
+    ),
+    ("skills", 230, "groundswell.skills.middleware", "Skills", "local and API skills"),
+    (
+        "context",
+        240,
+        "groundswell.prompt.context_middleware",
+        "ContextProviders",
+        "context providers' text",
+    ),
+    ("mcp", 250, "groundswell.mcp.middleware", "MCPServers", "MCP servers as tools"),
+    (
+        "context_ttl",
+        255,
+        "groundswell.budget.context_ttl",
+        "ContextTTL",
+        "tool results expire (context_ttl)",
+    ),
+    ("budget", 260, "groundswell.budget.middleware", "Budget", "token budgets"),
+    (
+        "approval",
+        280,
+        "groundswell.waits.approval_middleware",
+        "ToolApproval",
+        "tool calls wait for a person's approval",
+    ),
+    ("cache", 300, "groundswell.cache.middleware", "AnswerCache", "the answer cache"),
+    ("tool_cache", 310, "groundswell.cache.middleware", "ToolResultCache", "tool-result caching"),
+    (
+        "tool_timeout",
+        320,
+        "groundswell.tools.timeout",
+        "ToolTimeout",
+        "a deadline on each tool call",
+    ),
+    (
+        "prompt_cache",
+        900,
+        "groundswell.cache.prompt_cache",
+        "PromptCache",
+        "Anthropic prompt caching",
+    ),
+    (
+        "batch",
+        950,
+        "groundswell.model.batch_middleware",
+        "Batch",
+        "model calls through the Message Batches API",
+    ),
 )
 
 
 def _lazy(module: str, cls: str) -> Callable[[], Any]:
     def make() -> Any:
-        return getattr(importlib.import_module(f"{__name__}.{module}"), cls)()
+        return getattr(importlib.import_module(module), cls)()
 
     make.__qualname__ = f"{cls}.factory"
     return make

@@ -24,7 +24,6 @@ failure), ``api`` (``ctx.reflection`` and the process-wide switch).
 
 from __future__ import annotations
 
-from ..recoverable import AGENT_REFLECTABLE, gave_up_on, is_recoverable, mark_given_up
 from .agents import agent_behind, note_agent
 from .api import SWITCH, ReflectionAPI, ReflectionRequested, workflow_reflection_on
 from .loop import retry_step, retry_with_reflection
@@ -40,6 +39,7 @@ from .records import (
     replace_entry,
     resolve_config,
 )
+from .recoverable import AGENT_REFLECTABLE, gave_up_on, is_recoverable, mark_given_up
 from .strategies import reflect_once, register_reflection_strategies
 
 __all__ = [

@@ -13,7 +13,7 @@ import threading
 import weakref
 from typing import TYPE_CHECKING
 
-from ..tree import EventNode, EventTree, NodeType
+from ..tree.tree import EventNode, EventTree, NodeType
 
 if TYPE_CHECKING:
     from ..agent import Agent

@@ -12,10 +12,10 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from .._serialize import error_record
 from ..errors import ConfigurationError, PluginError
-from ..run_context import current_frame
-from ..tree import EventNode, NodeType
+from ..runtime.context import current_frame
+from ..scrubbing.serialize import error_record
+from ..tree.tree import EventNode, NodeType
 from .agents import agent_behind
 from .loop import current_entry
 from .records import (
@@ -30,7 +30,7 @@ from .records import (
 from .strategies import reflect_once, resolve
 
 if TYPE_CHECKING:
-    from ..workflow import WorkflowContext
+    from ..workflow.workflow import WorkflowContext
 
 __all__ = ["SWITCH", "ReflectionAPI", "ReflectionRequested", "workflow_reflection_on"]
 

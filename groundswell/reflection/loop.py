@@ -6,12 +6,12 @@ from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .._serialize import error_record
 from ..errors import ConfigurationError
-from ..recoverable import gave_up_on, is_recoverable, mark_given_up
-from ..tree import EventNode, EventTree
+from ..scrubbing.serialize import error_record
+from ..tree.tree import EventNode, EventTree
 from .agents import agent_behind
 from .records import ReflectionConfig, ReflectionContext, ReflectionEntry
+from .recoverable import gave_up_on, is_recoverable, mark_given_up
 from .strategies import (
     FALLS_BACK,
     feedback_entry,
@@ -23,7 +23,7 @@ from .strategies import (
 )
 
 if TYPE_CHECKING:
-    from ..workflow import WorkflowContext
+    from ..workflow.workflow import WorkflowContext
 
 __all__ = ["current_entry", "retry_step", "retry_with_reflection"]
 

@@ -8,13 +8,13 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
-from .._serialize import error_record
 from ..errors import ConfigurationError
-from ..tree import EventNode, EventTree
+from ..scrubbing.serialize import error_record
+from ..tree.tree import EventNode, EventTree
 
 if TYPE_CHECKING:
     from ..agent import Agent
-    from ..prompt import Prompt
+    from ..prompt.prompt import Prompt
 
 __all__ = [
     "DEFAULT_CONFIG",

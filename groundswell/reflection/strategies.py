@@ -10,12 +10,12 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from .._serialize import error_record, jsonable
 from ..errors import ConfigurationError, PluginError
 from ..hookspecs import ReflectionStrategy, hookimpl
-from ..plugins import get_plugin_manager
-from ..run_context import Frame, reset_frame, set_frame
-from ..tree import EventNode, EventTree, NodeStatus, NodeType
+from ..plugins.manager import get_plugin_manager
+from ..runtime.context import Frame, reset_frame, set_frame
+from ..scrubbing.serialize import error_record, jsonable
+from ..tree.tree import EventNode, EventTree, NodeStatus, NodeType
 from .records import (
     ReflectionConfig,
     ReflectionContext,
@@ -27,7 +27,7 @@ from .records import (
 
 if TYPE_CHECKING:
     from ..agent import Agent
-    from ..workflow import WorkflowContext
+    from ..workflow.workflow import WorkflowContext
 
 __all__ = [
     "FALLBACK_STRATEGY",

@@ -9,7 +9,7 @@ from types import TracebackType
 from typing import Any
 
 from ..errors import ConfigurationError
-from ..waits import Answerer, Decision, Wait, drop_answerer, use_answerer
+from ..waits.core import Answerer, Decision, Wait, drop_answerer, use_answerer
 from ._recorded_waits import NoRecordedDecision, RecordedWaits
 
 __all__ = ["AutoAnswer", "auto_answer"]

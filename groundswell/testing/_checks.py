@@ -26,18 +26,18 @@ from typing import Any
 from pydantic import BaseModel
 
 from ..agent import Agent, Middleware, PromptResult, PromptRun, ToolCall
-from ..budget import TokenBudget
-from ..cache import (
+from ..budget.token_budget import TokenBudget
+from ..budget.tokens import Counter, CountRequest
+from ..cache.backends import (
     ToolCachePolicy,
     cache_entry,
     get_cache,
     lock_problem,
     request_cache_key,
 )
-from ..cache_guard import shown
+from ..cache.guard import shown
+from ..cache.tool_results import invalidate
 from ..errors import GroundswellError, WorkflowError
-from ..events import Event, sink_problems
-from ..execution import ExecutionEngine
 from ..hookspecs import (
     AgentMiddleware,
     CacheBackend,
@@ -46,12 +46,12 @@ from ..hookspecs import (
     TokenCounter,
     hookimpl,
 )
-from ..plugins import flush_sinks, get_plugin_manager
-from ..prompt import Prompt, PromptOverrides
-from ..tokens import Counter, CountRequest
-from ..tool_cache import invalidate
-from ..tools import Tool
-from ..workflow import WorkflowContext, WorkflowResult, workflow
+from ..plugins.manager import flush_sinks, get_plugin_manager
+from ..prompt.prompt import Prompt, PromptOverrides
+from ..tools.tool import Tool
+from ..tree.events import Event, sink_problems
+from ..workflow.execution import ExecutionEngine
+from ..workflow.workflow import WorkflowContext, WorkflowResult, workflow
 from ._fake import FakeAnthropicAPI
 from ._replies import MessagesRequest, Reply, json_reply, text, tool_use
 
@@ -395,7 +395,7 @@ class _CacheCheck:
             )
 
     async def locking(self) -> None:
-        """The optional lock (`groundswell.cache.CacheLock`), when the backend offers it."""
+        """The optional lock (`groundswell.cache.backends.CacheLock`), when the backend offers it."""
         offered = [m for m in ("try_lock", "unlock") if callable(getattr(self.cache, m, None))]
         if not offered:
             return
@@ -571,7 +571,7 @@ async def check_cache_backend(backend: Any, *, ttl: float = 0.5) -> None:
     as the default lifetime, ``bust`` and ``bust_prefix`` results, concurrent
     calls and calls from another event loop, agents answered from it, and
     `groundswell.invalidate`; and the optional lock (``try_lock``/``unlock``,
-    `groundswell.cache.CacheLock`) when the backend has one: exclusive,
+    `groundswell.cache.backends.CacheLock`) when the backend has one: exclusive,
     renewed by its owner, released only by it, and over after its ``ttl``.
     Takes about ``ttl + 1`` seconds, twice that with a lock (it waits
     ``ttl + 0.6`` for expiry: keep ``ttl`` >= 0.5 for a store that has whole
@@ -670,7 +670,7 @@ class _SinkProbe:
 
 
 async def check_sink(sink: Any) -> None:
-    """Check an event sink against `groundswell.events.Sink`; raise `ProtocolViolation`.
+    """Check an event sink against `groundswell.tree.events.Sink`; raise `ProtocolViolation`.
 
     ``sink`` is the sink, its factory (a class or a function called with no
     arguments) or its `EventSink` record. It is attached to the process's sink
@@ -1015,7 +1015,7 @@ async def _middleware_runs(probe: _ProbeBase, findings: _Findings, options: dict
 
 
 async def check_counter(counter: Any) -> None:
-    """Check a token counter against `groundswell.tokens.Counter`; raise `ProtocolViolation`.
+    """Check a token counter against `groundswell.budget.tokens.Counter`; raise `ProtocolViolation`.
 
     ``counter`` is the counter, its factory, its `TokenCounter` record or a
     registered name. ``count`` must be async and return an ``int`` >= 0 for

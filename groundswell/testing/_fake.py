@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any, cast
 
-from ..cache import scope_answers
+from ..cache.backends import scope_answers
 from ..errors import ConfigurationError
 from ._batches import BATCHES, FakeBatches
 from ._prompt_cache import PromptCacheLedger
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     import httpx2
 
     from ..agent.overrides import Scope
-    from ..tree import EventTree
+    from ..tree.tree import EventTree
 
 __all__ = ["FakeAnthropicAPI", "LoopbackServer", "auto_client", "use_fake"]
 

@@ -6,7 +6,7 @@ A ``cache_control`` marker on a block is a breakpoint; a top-level
 ``cache_control`` (automatic caching) is one on the last block that can hold
 a marker. At each breakpoint the prefix up to it is written (or its lifetime
 refreshed), unless it is shorter than the model's minimum (the same table as
-`groundswell.middleware.prompt_cache`); a read is the longest prefix written
+`groundswell.cache.prompt_cache`); a read is the longest prefix written
 before (not expired) that ends at a breakpoint or at most 20 blocks before
 one. ``cache_control`` itself is not part of a prefix. More than four
 markers are refused with the API's own 400 message.
@@ -21,8 +21,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..middleware.prompt_cache import MAX_BREAKPOINTS, TTL_SECONDS, min_cacheable_tokens
-from ..thinking_blocks import THINKING_TYPES
+from ..cache.prompt_cache import MAX_BREAKPOINTS, TTL_SECONDS, min_cacheable_tokens
+from ..model.thinking_blocks import THINKING_TYPES
 
 __all__ = ["PromptCacheLedger"]
 

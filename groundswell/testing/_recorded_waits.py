@@ -15,8 +15,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..run_context import current_tree
-from ..waits import Decision, Wait
+from ..runtime.context import current_tree
+from ..waits.core import Decision, Wait
 from ._replay import load_trees
 
 __all__ = ["NoRecordedDecision", "RecordedWaits"]

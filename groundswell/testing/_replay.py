@@ -151,7 +151,7 @@ def load_trees(source: Any, caller: str = "load_trees()") -> list[tuple[Any, str
     (a JSONL event log, or a ``.json`` file holding ``to_json`` output) or a
     directory of trace files (read in name order). ``caller`` names the API in errors.
     """
-    from ..tree import EventTree
+    from ..tree.tree import EventTree
 
     if isinstance(source, EventTree):
         return [(source, "the given tree")]
@@ -178,7 +178,7 @@ def load_trees(source: Any, caller: str = "load_trees()") -> list[tuple[Any, str
 
 
 def _load(path: Path) -> list[Any]:
-    from ..tree import EventTree
+    from ..tree.tree import EventTree
 
     if path.suffix == ".json":
         # A whole tree written with json.dump(tree.to_json()), rather than an event log.

@@ -6,7 +6,7 @@ secret of the fake's own, of the block's text and of its prefix: the
 before it in its message, ``cache_control`` markers left out as the API
 leaves them out) unless the script gives one; a ``redacted_thinking`` block
 gets opaque ``data``. Every request is then checked as the API checks it
-(`groundswell.thinking_blocks` states the rules), with the API's own 400
+(`groundswell.model.thinking_blocks` states the rules), with the API's own 400
 messages:
 
 * with thinking on, the latest assistant turn of a tool loop must come back
@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import ConfigurationError
-from ..thinking_blocks import THINKING_TYPES
+from ..model.thinking_blocks import THINKING_TYPES
 from ._replies import Reply, as_answer
 
 __all__ = ["ThinkingLedger", "redacted_thinking", "thinking"]

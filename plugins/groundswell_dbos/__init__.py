@@ -113,7 +113,7 @@ def _waits_at(url: str, token: str | None) -> Any:
 def _register_waits() -> None:
     """Answer ``groundswell pending --url postgresql://...`` and its siblings from DBOS."""
     try:
-        from groundswell.waits_client import register_scheme
+        from groundswell.waits.client import register_scheme
     except ImportError:  # a kernel without the waits client
         return
     for scheme in WAITS_SCHEMES:
@@ -146,7 +146,7 @@ def configure(**config: Any) -> None:
     imports a module that calls this.
     """
     _require_dbos()
-    from groundswell.execution import get_engine
+    from groundswell.workflow.execution import get_engine
 
     from . import _engine, _runtime  # noqa: F401 - importing _engine registers the workflow
 

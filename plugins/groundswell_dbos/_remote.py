@@ -230,7 +230,7 @@ async def pending(
 
 class DBOSWaits:
     """The waits of durable runs in the DBOS system database at ``url``, as a
-    `groundswell.waits_client.WaitsClient`: ``groundswell pending --url
+    `groundswell.waits.client.WaitsClient`: ``groundswell pending --url
     postgresql://...`` and the other commands reach them without a server. The
     database's own credentials (in the URL) are the access control; ``token`` is
     not used."""

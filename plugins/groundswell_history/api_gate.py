@@ -25,7 +25,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 import groundswell
 from groundswell import NodeStatus, NodeType
-from groundswell.run_context import new_run_tree
+from groundswell.runtime.context import new_run_tree
 
 from .api_models import Problem
 from .auth import SECRET_ENV, Caller, caller_for_token

@@ -4,7 +4,7 @@ The run's tree says which keys were used (``cache_hit`` / ``cache_miss`` events 
 prompt and tool nodes); the backend says whether it still holds them. Every figure
 shown is the calling run's own: backends and tool names are shared by every run of
 the process, so process-wide counters are never shown. Lookups go through the
-backend's guard (`groundswell.cache_guard`), run concurrently, and share one deadline.
+backend's guard (`groundswell.cache.guard`), run concurrently, and share one deadline.
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ from groundswell import (
     current_agent,
     redact,
 )
-from groundswell.cache import backend_label, choose_cache
-from groundswell.cache_guard import Unavailable, guard_for
-from groundswell.inflight import entry_problem
+from groundswell.cache.backends import backend_label, choose_cache
+from groundswell.cache.guard import Unavailable, guard_for
+from groundswell.cache.inflight import entry_problem
 
 from ._common import Limits, anchor, clip, matches, node_in_tree, where, workflow_node
 

@@ -24,7 +24,7 @@ from groundswell import (
     WorkflowError,
     current_agent,
 )
-from groundswell.budget import enter_budget, leave_budget
+from groundswell.budget.token_budget import enter_budget, leave_budget
 
 from ._common import Limits, clip, where, workflow_node
 

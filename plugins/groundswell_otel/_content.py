@@ -29,8 +29,8 @@ import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from groundswell.budget import SUMMARY_TAG
-from groundswell.prompt import render_user
+from groundswell.budget.token_budget import SUMMARY_TAG
+from groundswell.prompt.prompt import render_user
 
 __all__ = ["Conversation", "first_messages", "output_messages", "response_parts"]
 
@@ -199,7 +199,7 @@ class Conversation:
             self._entries = [e for i, e in enumerate(self._entries) if i not in gone]
 
     def _summarize(self, summary: str) -> None:
-        # As groundswell.budget.with_summary: the last message of the instruction gets
+        # As groundswell.budget.token_budget.with_summary: the last message of the instruction gets
         # the summary as its last text part, replacing an earlier one.
         head = next((i for i, e in enumerate(self._entries) if e.role == "assistant"), 0)
         if head < 1:

@@ -16,7 +16,7 @@ from opentelemetry.trace import NonRecordingSpan, Span, SpanKind, Status, Status
 
 import groundswell
 from groundswell import Event
-from groundswell.tracebacks import format_traceback
+from groundswell.tree.tracebacks import format_traceback
 
 from . import attributes as A
 from ._content import (

@@ -85,7 +85,7 @@ NODE_STATUS = "groundswell.node.status"
 RUN_ID = "groundswell.run.id"
 ATTEMPT = "groundswell.attempt"
 TURNS = "groundswell.turns"
-# What the node's model calls cost in USD (groundswell.pricing); absent when unknown.
+# What the node's model calls cost in USD (groundswell.budget.pricing); absent when unknown.
 COST_USD = "groundswell.cost_usd"
 CACHE = "groundswell.cache"
 # The share of a prompt's input tokens read from Anthropic's prompt cache (0 to 1).

@@ -17,7 +17,7 @@ from typing import Any
 
 from groundswell import ConfigurationError, EventNode, Middleware, PromptRun, ToolCall
 from groundswell.agent import ToolNext
-from groundswell.tools import ToolFailed, tool_error_text, tool_result_content
+from groundswell.tools.tool import ToolFailed, tool_error_text, tool_result_content
 
 from .detect import KINDS, Detector, Scanner, builtin_detectors
 

@@ -1,0 +1,718 @@
+"""One node of the event tree: its type and status, its JSON record, its one-line label.
+
+`EventNode` is what a workflow, step, prompt or tool call leaves in the tree;
+`EventTree` (in ``tree``) links the nodes. The record functions turn a node into
+the dicts of the event log and back, checking every field of a record read from
+a file; the label functions give the line ``render()`` and the renderer draw.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import os
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from enum import StrEnum
+from typing import Any, TypeGuard
+
+from ..scrubbing.scrubber import scrub
+from .tracebacks import check_traceback
+
+__all__ = ["FINAL_STATUSES", "EventNode", "NodeStatus", "NodeType"]
+
+
+class NodeType(StrEnum):
+    """What a node stands for; ``wait`` is a run waiting for a person (`groundswell.waits`)."""
+
+    WORKFLOW = "workflow"
+    STEP = "step"
+    PROMPT = "prompt"
+    MODEL_CALL = "model_call"
+    TOOL_CALL = "tool_call"
+    MCP_CALL = "mcp_call"
+    MCP_CONNECT = "mcp_connect"
+    REFLECTION = "reflection"
+    SPAWN = "spawn"
+    BUDGET = "budget"
+    EXTRACTION = "extraction"
+    SUMMARY = "summary"
+    WAIT = "wait"
+
+
+class NodeStatus(StrEnum):
+    """Where a node is in its life; ``revised`` marks a prompt replaced by a later one,
+    ``waiting`` a wait for a person's decision (`groundswell.waits`; not final)."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    REVISED = "revised"
+    WAITING = "waiting"
+
+
+FINAL_STATUSES = frozenset(
+    {NodeStatus.COMPLETED, NodeStatus.FAILED, NodeStatus.CANCELLED, NodeStatus.REVISED}
+)
+
+#: A node's attributes, in the order of its record (`EventTree.find` accepts these).
+NODE_FIELDS = (
+    "id",
+    "type",
+    "name",
+    "status",
+    "timestamp",
+    "ended_at",
+    "parent_id",
+    "payload",
+    "metrics",
+    "events",
+    "error",
+)
+_SLOTS = tuple(f for f in NODE_FIELDS if f not in ("events", "payload", "metrics"))
+
+# 64 random bits: unique across processes and machines. A Mersenne Twister seeded
+# from os.urandom gives them without a system call per node (os.urandom was a
+# quarter of a step's cost, and under threads a GIL hand-off); ids name nodes,
+# they guard nothing, so they need no cryptographic generator.
+_ids = random.Random()
+# A forked child inherits the generator's state: reseed it there, or parent and
+# child would hand out the same ids.
+os.register_at_fork(after_in_child=_ids.seed)
+_random_bits = _ids.getrandbits
+
+
+class _Unset(enum.Enum):
+    # A sentinel that survives pickling and copying (an Enum member stays itself).
+    UNSET = enum.auto()
+
+
+_UNSET = _Unset.UNSET
+
+
+class EventNode:
+    """One thing that happened in a run, with its children in start order.
+
+    ``timestamp`` and ``ended_at`` are Unix times in seconds; ``metrics["duration"]``
+    is the node's wall time in seconds. ``payload`` holds JSON-safe inputs and
+    outputs, ``events`` the point-in-time happenings (``{"type": ..., "timestamp":
+    ..., **data}``), ``error`` the failure (``{"type", "message"}``, and where
+    it was raised: ``"traceback"``, see ``groundswell.tree.tracebacks``) if any.
+    """
+
+    # children and events are created on first use: most nodes are leaves without
+    # events, and two fewer GC-tracked lists per node halves the cost of big trees.
+    # payload and metrics too: a step's only entries are its output and duration,
+    # which wait in _output and _duration until someone reads the dict (two dicts
+    # were half a step node's memory).
+    __slots__ = (
+        *_SLOTS,
+        "_children",
+        "_duration",
+        "_events",
+        "_metrics",
+        "_output",
+        "_payload",
+        "_summed",
+        "_t0",
+    )
+
+    def __init__(
+        self,
+        type: NodeType | str,
+        name: str,
+        *,
+        id: str | None = None,
+        parent_id: str | None = None,
+        status: NodeStatus | str = NodeStatus.RUNNING,
+        timestamp: float | None = None,
+        payload: dict[str, Any] | None = None,
+    ) -> None:
+        # 16 hex digits: what _ids.randbytes(8).hex() gives, without its Python frame.
+        self.id: str = id or _random_bits(64).to_bytes(8, "little").hex()
+        # Enum lookups by value are slow; skip them for values that are already members.
+        self.type: NodeType = type if type.__class__ is NodeType else NodeType(type)
+        self.name: str = name
+        self.status: NodeStatus = status if status.__class__ is NodeStatus else NodeStatus(status)
+        self.timestamp: float = time.time() if timestamp is None else timestamp
+        self.ended_at: float | None = None
+        self.parent_id: str | None = parent_id
+        self._children: list[EventNode] | None = None
+        self._payload: dict[str, Any] | None = payload
+        self._output: Any = _UNSET
+        self._metrics: dict[str, Any] | None = None
+        self._duration: float | None = None
+        self._events: list[dict[str, Any]] | None = None
+        self.error: dict[str, Any] | None = None
+        self._t0: float = time.perf_counter()
+        # False while what a model call cost, or a prompt's, step's or workflow's sums
+        # of the model calls below it, may be missing from its metrics (`_add_sums`).
+        self._summed: bool = False
+
+    @property
+    def children(self) -> list[EventNode]:
+        """Child nodes in start order."""
+        kids = self._children
+        if kids is None:
+            kids = self._children = []
+        return kids
+
+    @property
+    def payload(self) -> dict[str, Any]:
+        """JSON-safe inputs and outputs (``"output"`` once the node has one)."""
+        payload = self._payload
+        if payload is None:
+            # The dict first, the output after: a `finish` in another thread then
+            # either sees the dict or has set _output before it is read here.
+            payload = self._payload = {}
+            output = self._output
+            if output is not _UNSET:
+                payload.setdefault("output", output)
+        return payload
+
+    @payload.setter
+    def payload(self, value: dict[str, Any]) -> None:
+        self._payload = value
+        self._output = _UNSET
+
+    @property
+    def metrics(self) -> dict[str, Any]:
+        """Measurements: ``"duration"`` (seconds) once the node ends, tokens, attempts..."""
+        metrics = self._metrics
+        if metrics is None:
+            metrics = self._metrics = {}  # first, as in `payload`
+            duration = self._duration
+            if duration is not None:
+                metrics.setdefault("duration", duration)
+        if not self._summed:
+            _add_sums(self, metrics)
+        return metrics
+
+    @metrics.setter
+    def metrics(self, value: dict[str, Any]) -> None:
+        self._metrics = value
+        self._duration = None
+        self._summed = True  # a recorded node's metrics hold its sums already
+
+    @property
+    def events(self) -> list[dict[str, Any]]:
+        """Point-in-time events recorded on this node, oldest first."""
+        events = self._events
+        if events is None:
+            events = self._events = []
+        return events
+
+    @events.setter
+    def events(self, value: list[dict[str, Any]]) -> None:
+        self._events = value
+
+    @property
+    def duration(self) -> float | None:
+        """Wall time in seconds, or ``None`` while the node is still running."""
+        value = metrics_of(self).get("duration")
+        return float(value) if _is_number(value) else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """This node as a flat, JSON-safe dict; children appear as a list of ids."""
+        return {
+            "id": self.id,
+            "type": self.type.value,
+            "name": self.name,
+            "status": self.status.value,
+            "timestamp": self.timestamp,
+            "ended_at": self.ended_at,
+            "parent_id": self.parent_id,
+            "payload": payload_of(self),
+            "metrics": metrics_of(self),
+            "events": self._events if self._events is not None else [],
+            "error": self.error,
+            "children": [c.id for c in self._children] if self._children else [],
+        }
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, EventNode):
+            return NotImplemented
+        return self.to_dict() == other.to_dict()
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, compared by value
+
+    def __gs_jsonable__(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "type": self.type.value,
+            "name": self.name,
+            "status": self.status.value,
+        }
+
+    def __repr__(self) -> str:
+        return f"EventNode({self.type.value} {self.name!r} {self.status.value} id={self.id})"
+
+
+_blank = object.__new__
+
+
+def new_node(
+    type: NodeType | str,
+    name: str,
+    parent_id: str | None = None,
+    payload: dict[str, Any] | None = None,
+    id: str | None = None,
+) -> EventNode:
+    """``EventNode(type, name, id=id, parent_id=parent_id, payload=payload)``, for less.
+
+    Calling a class with keywords is slow (0.3 us, half of what the node costs),
+    and the tree starts a node for every step and call. This sets the slots
+    ``__init__`` sets, to the same values (tests/test_hotpath_semantics.py checks).
+    """
+    node: EventNode = _blank(EventNode)
+    node.id = id or _random_bits(64).to_bytes(8, "little").hex()
+    node.type = type if type.__class__ is NodeType else NodeType(type)
+    node.name = name
+    node.status = NodeStatus.RUNNING
+    node.timestamp = time.time()
+    node.ended_at = None
+    node.parent_id = parent_id
+    node._children = None
+    node._payload = payload
+    node._output = _UNSET
+    node._metrics = None
+    node._duration = None
+    node._events = None
+    node.error = None
+    node._t0 = time.perf_counter()
+    node._summed = False
+    return node
+
+
+# The tree reads a node's lazily created lists through these, so that walking or
+# saving a tree never creates an empty list on every leaf.
+
+
+def child_nodes(node: EventNode) -> Sequence[EventNode]:
+    """``node.children``, without creating the list of a leaf."""
+    return node._children or ()
+
+
+def recorded_events(node: EventNode) -> Sequence[dict[str, Any]]:
+    """``node.events``, without creating the list of a node that has none."""
+    return node._events or ()
+
+
+def payload_of(node: EventNode) -> dict[str, Any]:
+    """``node.payload`` for reading: the node's own dict, or a new one if it has none yet."""
+    payload = node._payload
+    if payload is not None:
+        return payload
+    output = node._output
+    return {} if output is _UNSET else {"output": output}
+
+
+def metrics_of(node: EventNode) -> dict[str, Any]:
+    """``node.metrics`` for reading: the node's own dict, or a new one if it has none yet."""
+    if not node._summed:
+        _add_sums(node, None)
+    metrics = node._metrics
+    if metrics is not None:
+        return metrics
+    duration = node._duration
+    return {} if duration is None else {"duration": duration}
+
+
+#: The nodes whose metrics get what model calls cost when read (`_add_sums`): a model
+#: call its own cost, a prompt the cost of those below it (nested prompts' too), a
+#: step or workflow their cost and tokens.
+SUMMED = frozenset({NodeType.MODEL_CALL, NodeType.PROMPT, NodeType.STEP, NodeType.WORKFLOW})
+_TOTALS = frozenset({NodeType.STEP, NodeType.WORKFLOW})
+_MODEL_CALL = NodeType.MODEL_CALL
+_PROMPT = NodeType.PROMPT
+#: ``(node, metrics)`` -> sets ``metrics["cost_usd"]`` of a model call from its usage
+#: (`groundswell.budget.pricing` sets it: the price table lives there).
+_pricer: list[Callable[[EventNode, dict[str, Any]], None]] = []
+
+
+def set_pricer(price: Callable[[EventNode, dict[str, Any]], None]) -> None:
+    """Make ``price(node, metrics)`` what sets a model call's ``cost_usd`` from its usage."""
+    _pricer[:] = [price]
+
+
+def own_metrics(node: EventNode) -> dict[str, Any]:
+    """``node.metrics`` for writing on the hot path: the dict, without adding up costs."""
+    metrics = node._metrics
+    if metrics is None:
+        metrics = node._metrics = {}
+        duration = node._duration
+        if duration is not None:
+            metrics["duration"] = duration
+    return metrics
+
+
+def _add_sums(node: EventNode, metrics: dict[str, Any] | None) -> None:
+    """Put in ``node``'s metrics (``metrics``, else its own, made if need be) what its
+    model calls cost (``cost_usd``) and, for a step or workflow, used (``usage``,
+    ``prompt_cache_share``).
+
+    Worked out when read, not as each call ends: a run nobody reads them from (no
+    sink watching, no budget in dollars) never prices a call nor makes a dict per
+    step. Final once the node has ended, then kept.
+    """
+    kind = node.type
+    if kind not in SUMMED:  # nothing to add up, ever
+        node._summed = True
+        return
+    ended = node.ended_at is not None
+    if kind is _MODEL_CALL:
+        own = node._metrics if metrics is None else metrics
+        if own is not None and "cost_usd" not in own and "usage" in own and _pricer:
+            _pricer[0](node, own)
+        if ended:
+            node._summed = True
+        return
+    sums = _sums_below(node)
+    if sums:
+        if kind is _PROMPT:  # its cost only: its usage is its own calls'
+            sums.pop("usage", None)
+        if metrics is None:
+            metrics = own_metrics(node)
+        metrics.update(sums)
+        usage = sums.get("usage")
+        if usage and usage.get("cache_read_input_tokens"):  # else the share is 0: left out
+            cache_share(metrics, usage)
+    if ended:
+        node._summed = True
+
+
+def _sums_below(node: EventNode) -> dict[str, Any]:
+    """``cost_usd`` and ``usage`` of the model calls below ``node`` (empty: none)."""
+    cost: float | None = 0.0
+    costed = False
+    usage: dict[str, int] | None = None
+    stack = list(node._children or ())
+    while stack:
+        below = stack.pop()
+        kind = below.type
+        if kind is _MODEL_CALL or (below._summed and kind in _TOTALS):
+            # A model call, or a step or workflow whose sums are final (or recorded).
+            metrics = below._metrics
+            if metrics is None:
+                continue
+            if not below._summed:
+                _add_sums(below, metrics)
+            if "cost_usd" in metrics:
+                costed = True
+                spent = metrics["cost_usd"]
+                # Unknown stays unknown: a sum without one call's cost would understate it.
+                cost = None if cost is None or spent is None else cost + spent
+            counts = metrics.get("usage")
+            if type(counts) is dict and counts:
+                if usage is None:
+                    usage = {}
+                for name, value in counts.items():
+                    if value and type(value) is int:
+                        usage[name] = usage.get(name, 0) + value
+            continue
+        kids = below._children
+        if kids:
+            stack.extend(kids)
+    sums: dict[str, Any] = {}
+    if costed:
+        sums["cost_usd"] = cost
+    if usage is not None:
+        sums["usage"] = usage
+    return sums
+
+
+def cache_share(metrics: dict[str, Any], usage: Mapping[str, int]) -> None:
+    """Set ``metrics["prompt_cache_share"]``: the share of the input read from the prompt
+    cache (``cache_read / (input + cache_read + cache_creation)``), when there was input."""
+    read = usage.get("cache_read_input_tokens", 0)
+    if not read:  # the usual case, without round(), which formats the float in C
+        if usage.get("input_tokens") or usage.get("cache_creation_input_tokens"):
+            metrics["prompt_cache_share"] = 0.0
+        return
+    seen = usage.get("input_tokens", 0) + read + usage.get("cache_creation_input_tokens", 0)
+    metrics["prompt_cache_share"] = round(read / seen, 4)
+
+
+def finish(node: EventNode, status: NodeStatus, output: Any, with_output: bool) -> None:
+    """End ``node``: its output (JSON-safe already) if ``with_output``, ``ended_at``, its
+    duration (``metrics["duration"]``, monotonic clock), and ``status`` last."""
+    # Each value goes to its slot first and then into the dict if there is one:
+    # a reader creating the dict in another thread (the `payload` and `metrics`
+    # properties) cannot lose it in between.
+    if with_output:
+        node._output = output
+        payload = node._payload
+        if payload is not None:
+            payload["output"] = output
+    node.ended_at = time.time()
+    node._duration = duration = time.perf_counter() - node._t0
+    metrics = node._metrics
+    if metrics is not None:
+        metrics["duration"] = duration
+    # Last, so that nobody sees a "completed" node without its output.
+    node.status = status
+
+
+# -- records ---------------------------------------------------------------------
+
+
+def start_record(node: EventNode) -> dict[str, Any]:
+    """The data of a ``node_start`` event: the node's `to_dict` record, without children."""
+    # Copies, not the node's live containers: the node keeps changing after this event.
+    # Built directly (as `to_dict` would, keys in its order): this runs on the run's
+    # thread for every node of an observed tree. `_value_` is the member's value
+    # without the enum descriptor.
+    return {
+        "id": node.id,
+        "type": node.type._value_,
+        "name": node.name,
+        "status": node.status._value_,
+        "timestamp": node.timestamp,
+        "ended_at": node.ended_at,
+        "parent_id": node.parent_id,
+        "payload": dict(payload_of(node)),
+        "metrics": dict(metrics_of(node)),
+        "events": list(node._events or ()),
+        "error": node.error,
+        "children": [],
+    }
+
+
+def end_record(node: EventNode) -> dict[str, Any]:
+    """The data of a ``node_end`` event: what a node has when it ends."""
+    return {
+        "id": node.id,
+        "status": node.status._value_,
+        "ended_at": node.ended_at,
+        "metrics": dict(metrics_of(node)),
+        "payload": dict(payload_of(node)),
+        "error": node.error,
+    }
+
+
+def node_from_record(record: Any) -> EventNode:
+    """A node from its `to_dict` record; ``ValueError`` naming what is malformed."""
+    if not isinstance(record, dict):
+        raise ValueError(f"a node record should be an object, got {record!r:.40}")
+    try:
+        node = EventNode(
+            record_field(record, "type", str, required=True),
+            record_field(record, "name", str, required=True),
+            id=record_field(record, "id", str, required=True),
+            parent_id=record_field(record, "parent_id", str),
+            status=record_status(record.get("status", NodeStatus.RUNNING.value)),
+            timestamp=record_field(record, "timestamp", (int, float), required=True),
+            payload=dict(record_field(record, "payload", dict) or {}),
+        )
+        node.ended_at = record_field(record, "ended_at", (int, float))
+        node.metrics = dict(record_field(record, "metrics", dict) or {})
+        events = record_field(record, "events", list)
+        if events:
+            node.events = list(events)
+        node.error = record_error(record)
+    except ValueError as exc:
+        raise ValueError(f"malformed node record {record.get('id', '?')!r}: {exc}") from None
+    return node
+
+
+def record_field(record: dict[str, Any], key: str, kind: Any, *, required: bool = False) -> Any:
+    """``record[key]`` when it has type ``kind`` (or is absent/None and not required)."""
+    value = record.get(key)
+    if value is None:
+        if required:
+            raise ValueError(f"{key!r} is missing")
+        return None
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        expected = " or ".join(dict.fromkeys(_JSON_NAMES.get(k, k.__name__) for k in kinds))
+        raise ValueError(f"{key!r} should be {expected}, got {value!r:.40}")
+    if isinstance(value, float) and not math.isfinite(value):  # NaN/Infinity parse as JSON
+        raise ValueError(f"{key!r} should be a finite number, got {value!r}")
+    return value
+
+
+_JSON_NAMES = {
+    str: "a string",
+    int: "a number",
+    float: "a number",
+    dict: "an object",
+    list: "a list",
+}
+
+
+def record_error(record: dict[str, Any]) -> dict[str, Any] | None:
+    """A record's ``error``: an object whose traceback, if any, is well formed."""
+    error: dict[str, Any] | None = record_field(record, "error", dict)
+    if error is not None:
+        check_traceback(error)
+    return error
+
+
+def record_status(value: Any) -> NodeStatus:
+    """A record's ``status`` as a `NodeStatus`; ``ValueError`` listing the known ones."""
+    try:
+        return NodeStatus(value)
+    except ValueError:
+        known = ", ".join(s.value for s in NodeStatus)
+        raise ValueError(f"unknown status {value!r:.40} (expected one of {known})") from None
+
+
+# -- labels ----------------------------------------------------------------------
+
+
+#: How much of an error message a tree line shows; longer ones end in "…".
+MESSAGE_WIDTH = 80
+
+_MARKS = {
+    NodeStatus.COMPLETED: "✓",
+    NodeStatus.FAILED: "✗",
+    NodeStatus.CANCELLED: "⊘",
+    NodeStatus.REVISED: "↺",
+    NodeStatus.RUNNING: "…",
+    NodeStatus.PENDING: "·",
+    NodeStatus.WAITING: "⧖",
+}
+
+
+_STATUS_STYLE = {
+    NodeStatus.COMPLETED: "green",
+    NodeStatus.FAILED: "bold red",
+    NodeStatus.CANCELLED: "yellow",
+    NodeStatus.REVISED: "magenta",
+    NodeStatus.RUNNING: "cyan",
+    NodeStatus.PENDING: "dim",
+    NodeStatus.WAITING: "bold blue",
+}
+
+
+def label_parts(node: EventNode) -> list[tuple[str, str]]:
+    """A node's one-line label as ``(text, style)`` pieces (style names are rich's)."""
+    status = node.status
+    parts = [
+        (_MARKS[status], _STATUS_STYLE[status]),
+        (node.type.value, "dim"),
+        (scrub(node.name), "bold"),
+    ]
+    # Metrics may come from a file written by anything: draw only well-typed ones.
+    metrics = metrics_of(node)
+    duration = metrics.get("duration")
+    if _is_number(duration):
+        parts.append((f"{duration * 1000:.1f}ms", "blue"))
+    if status is not NodeStatus.COMPLETED:
+        parts.append((status.value, _STATUS_STYLE[status]))
+    attempt = metrics.get("attempt")
+    if isinstance(attempt, int) and node.type in (NodeType.STEP, NodeType.PROMPT):
+        parts.append((f"attempt {attempt}", "yellow" if attempt > 1 else "dim"))
+    usage = metrics.get("usage")
+    if isinstance(usage, dict) and usage:
+        tokens = f"{usage.get('input_tokens', 0)}→{usage.get('output_tokens', 0)} tok"
+        cached = usage.get("cache_read_input_tokens")
+        if cached:
+            tokens += f" ({cached} cached)"
+        written = usage.get("cache_creation_input_tokens")
+        if written:
+            tokens += f" (+{written} to cache)"
+        parts.append((tokens, "cyan"))
+    share = metrics.get("prompt_cache_share")
+    if _is_number(share) and share and node.type is not NodeType.MODEL_CALL:
+        parts.append((f"{share:.0%} from cache", "cyan"))
+    if "cost_usd" in metrics:
+        cost = metrics["cost_usd"]
+        if _is_number(cost):
+            parts.append((usd(cost), "green"))
+        elif cost is None:  # a model without a known price (groundswell.set_prices)
+            parts.append(("$?", "dim"))
+    budget = metrics.get("budget")
+    if isinstance(budget, dict) and node.type is NodeType.PROMPT:
+        parts.extend(budget_gauge(budget))
+    before, after = metrics.get("tokens_before"), metrics.get("tokens_after")
+    if isinstance(before, int):
+        shrunk = f"{before}→{after} tok" if isinstance(after, int) else f"{before} tok"
+        parts.append((shrunk, "cyan"))
+    if "cache" in metrics:
+        hit = metrics["cache"] == "hit"
+        parts.append(("⚡ cache hit" if hit else "cache miss", "bold magenta" if hit else "dim"))
+    if metrics.get("recovered"):
+        parts.append(("↺ recovered", "bold green"))
+    if node.error:
+        error = node.error if isinstance(node.error, dict) else {"message": node.error}
+        message = printable(scrub(str(error.get("message", ""))))
+        if len(message) > MESSAGE_WIDTH:  # the whole message stays in the JSON
+            message = message[: MESSAGE_WIDTH - 1] + "…"
+        parts.append((f"{error.get('type', 'error')}: {message}", "red"))
+    # Names, messages and metrics may come from anywhere (a file, a model): a label
+    # stays one line of plain text, whatever control characters they hold.
+    return [(printable(text), style) for text, style in parts]
+
+
+_CELLS = 10
+_GAUGE = {
+    "ok": ("", "green"),
+    "warning": (" ⚠ near the limit", "yellow"),
+    "over": (" ⚠ over the limit", "bold red"),
+}
+
+
+def budget_gauge(stats: dict[str, Any]) -> list[tuple[str, str]]:
+    """A prompt's ``metrics["budget"]`` as a label gauge: its peak input against the limit,
+    ``budget ████████░░ 82% (8,200/10,000 tok) ⚠ near the limit``."""
+    peak, limit = stats.get("peak_tokens"), stats.get("limit")
+    if not (_is_number(peak) and _is_number(limit) and limit > 0):
+        return []  # a budget with only max_usd, or a file written by something else
+    threshold = stats.get("threshold")
+    share = peak / limit
+    warn = threshold if _is_number(threshold) else 0.8
+    state = "over" if share > 1 else "warning" if share >= warn else "ok"
+    filled = min(_CELLS, round(share * _CELLS))
+    note, style = _GAUGE[state]
+    bar = "█" * filled + "░" * (_CELLS - filled)
+    return [(f"budget {bar} {share:.0%} ({peak:,}/{limit:,} tok){note}", style)]
+
+
+def usd(amount: float) -> str:
+    """A cost as a label shows it: ``$0.0123``, with more digits below a cent."""
+    if amount >= 100:
+        return f"${amount:,.2f}"
+    return f"${amount:.4f}" if amount >= 0.01 or amount == 0 else f"${amount:.6f}"
+
+
+_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def printable(text: str) -> str:
+    """``text`` with control and invisible characters written as escapes (``\\x1b``, ``\\n``).
+
+    For one-line output: a name or message can then neither break the line,
+    forge tree lines, nor send terminal escape sequences.
+    """
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else _escape(c) for c in text)
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    if char in _ESCAPES:
+        return _ESCAPES[char]
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def _is_number(value: Any) -> TypeGuard[float]:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def label_separator(index: int) -> str:
+    """What goes before piece ``index`` of a label: mark, type and name read as one phrase."""
+    return " " if index < 3 else "  "
+
+
+def label(node: EventNode) -> str:
+    """A node's one-line label as plain text (a line of ``EventTree.render``)."""
+    return "".join(
+        (label_separator(i) if i else "") + text for i, (text, _) in enumerate(label_parts(node))
+    )
