@@ -593,7 +593,7 @@ async def _hit_floor(agent: Any, prompt: Any, cache: Any) -> Callable[[], Any] |
         from groundswell import EventTree
         from groundswell.cache.backends import request_cache_key
         from groundswell.cache.guard import guard_for
-        from groundswell.model.calls import build_request
+        from groundswell.model.requests import build_request
         from groundswell.scrubbing.serialize import jsonable, jsonable_text  # private: guarded
 
         fmt, settings = prompt.output_type, dict(agent.config)

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import groundswell.cli
-from groundswell import Agent, WorkflowContext, evals, workflow
+from groundswell import Agent, EventTree, WorkflowContext, evals, workflow
 from groundswell.evals.judge import JUDGE_SYSTEM
 from groundswell.testing import (
     FunctionModel,
@@ -36,7 +36,6 @@ from groundswell.testing import (
     tool_calls,
     tool_use,
 )
-from groundswell.tree.tree import EventTree
 
 CASES = Path(__file__).resolve().with_name("12_evals_cases.yaml")
 ASK = "Which order is it? Please give its number, like A-100."

@@ -7,14 +7,16 @@ from typing import TYPE_CHECKING, Any
 
 from . import waits as waits  # groundswell.waits: people in the loop (a module, not in __all__)
 from .budget.pricing import set_prices
-from .budget.summary import Summarizer
-from .budget.token_budget import TokenBudget
-from .budget.tokens import estimate_tokens
+from .budget.summary import Summarizer, is_summary_text, summary_text
+from .budget.token_budget import TokenBudget, use_budget
+from .budget.tokens import AnthropicCounter, estimate_tokens
 from .cache.backends import (
     Cache,
     CacheLock,
     ToolCachePolicy,
+    choose_cache,
     get_cache,
+    read_cache_entry,
     request_cache_key,
     schema_hash,
 )
@@ -58,10 +60,11 @@ from .hookspecs import (
     hookimpl,
 )
 from .mcp.client import Elicitation
-from .plugins.manager import PluginInfo, PluginManager, flush_sinks, get_plugin_manager
+from .plugins.loading import PluginInfo
+from .plugins.manager import PluginManager, flush_sinks, get_plugin_manager
 from .prompt.context_providers import ContextRequest
 from .prompt.extraction import Extract
-from .prompt.prompt import Prompt, PromptOverrides, PromptTemplate, create_prompt
+from .prompt.prompt import Prompt, PromptOverrides, PromptTemplate, create_prompt, render_user
 from .reflection import (
     ReflectionAPI,
     ReflectionConfig,
@@ -77,18 +80,21 @@ from .runtime.context import (
     current_frame,
     current_node,
     current_tree,
+    new_run_tree,
     observe_run,
     record_event,
 )
 from .scrubbing import sdk_logs as _sdk_logs  # noqa: F401  (the SDK's loggers scrubbed while Groundswell is imported)
 from .scrubbing.serialize import is_secret_key, redact, register_secret, scrub
 from .skills.local import Skill
-from .tools.tool import Tool, ToolContext, ToolFailed
+from .tools.tool import Tool, ToolContext, ToolFailed, tool_error_text, tool_result_content
 from .tree.events import Event, Sink, SinkHub
+from .tree.labels import label_parts
+from .tree.tracebacks import format_traceback
 from .tree.tree import EventNode, EventTree, NodeStatus, NodeType
 from .waits.approval import Approval
 from .waits.questions import ask_user
-from .workflow.execution import ExecutionEngine, WorkflowCall
+from .workflow.execution import ExecutionEngine, WorkflowCall, get_engine
 from .workflow.workflow import Workflow, WorkflowContext, WorkflowResult, create_workflow, workflow
 
 if TYPE_CHECKING:
@@ -103,6 +109,7 @@ if TYPE_CHECKING:
         ToolCall,
         ToolNext,
         create_agent,
+        override_agents_here,
     )
 
 # Importing anthropic takes over a second; only code that uses agents pays for it.
@@ -117,6 +124,7 @@ _LAZY = {
     "ToolCall",
     "ToolNext",
     "create_agent",
+    "override_agents_here",
 }
 
 
@@ -143,6 +151,7 @@ __all__ = [
     "Agent",
     "AgentMiddleware",
     "AgentOption",
+    "AnthropicCounter",
     "Approval",
     "BatchUnanswered",
     "Cache",
@@ -222,6 +231,7 @@ __all__ = [
     "WorkflowResult",
     "__version__",
     "ask_user",
+    "choose_cache",
     "clear_tool_cache",
     "create_agent",
     "create_prompt",
@@ -232,20 +242,32 @@ __all__ = [
     "current_tree",
     "estimate_tokens",
     "flush_sinks",
+    "format_traceback",
     "get_cache",
+    "get_engine",
     "get_plugin_manager",
     "hookimpl",
     "invalidate",
     "is_recoverable",
     "is_secret_key",
+    "is_summary_text",
+    "label_parts",
+    "new_run_tree",
     "observe_run",
+    "override_agents_here",
+    "read_cache_entry",
     "record_event",
     "redact",
     "register_secret",
+    "render_user",
     "request_cache_key",
     "schema_hash",
     "scrub",
     "set_prices",
+    "summary_text",
     "tool_cache_stats",
+    "tool_error_text",
+    "tool_result_content",
+    "use_budget",
     "workflow",
 ]

@@ -27,7 +27,7 @@ from groundswell import (
     WorkflowContext,
     workflow,
 )
-from groundswell.model.calls import OutputType, output_type, parse_output, type_name
+from groundswell.model.output_types import OutputType, output_type, parse_output, type_name
 from groundswell.testing import FakeAnthropicAPI, MessagesRequest, json_reply, text
 
 

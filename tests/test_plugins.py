@@ -208,7 +208,7 @@ def test_a_tryfirst_plugin_replaces_a_kernel_record_without_an_error() -> None:
     assert manager.execution_backends()["local"].description == "mine"
     assert manager.provides()["replacement"] == {"register_execution_backends": ["local"]}
     assert (
-        "register_execution_backends" not in manager.provides()[groundswell.plugins.manager.BUILTIN]
+        "register_execution_backends" not in manager.provides()[groundswell.plugins.loading.BUILTIN]
     )
     assert manager.errors == {}
 

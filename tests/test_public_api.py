@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import itertools
 import os
+import re
 import subprocess
 import sys
 import types
@@ -137,3 +138,72 @@ def test_importing_groundswell_does_not_import_the_anthropic_sdk() -> None:
     code = "import sys, groundswell; print('anthropic' in sys.modules); groundswell.Agent; print('anthropic' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
+
+
+# Modules people and bundled plugins may import from, besides `groundswell` itself: each
+# with its submodules, except `groundswell.waits`, whose client is its one public submodule.
+PUBLIC_MODULES = ("groundswell.testing", "groundswell.evals", "groundswell.agui", "groundswell.cli")
+PUBLIC_EXACT = {
+    "groundswell.waits",
+    "groundswell.waits.client",
+    # Message Batches' timing and two steps, documented as a module in docs/api.md.
+    "groundswell.model.batching",
+}
+
+
+def _is_public_module(module: str) -> bool:
+    return module in PUBLIC_EXACT or any(
+        module == p or module.startswith(p + ".") for p in PUBLIC_MODULES
+    )
+
+
+def _private_imports(tree: ast.AST) -> list[str]:
+    """The kernel submodules, or `groundswell.agent` names outside its ``__all__``, imported."""
+    import groundswell.agent
+
+    found: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [
+                a.name
+                for a in node.names
+                if a.name.startswith("groundswell.") and not _is_public_module(a.name)
+            ]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            module = node.module
+            if not module.startswith("groundswell.") or _is_public_module(module):
+                continue
+            for alias in node.names:
+                if module == "groundswell.agent" and alias.name in groundswell.agent.__all__:
+                    continue
+                if _is_public_module(
+                    f"{module}.{alias.name}"
+                ):  # from groundswell.model import batching
+                    continue
+                found.append(f"{module}.{alias.name}")
+    return found
+
+
+def test_bundled_plugins_import_only_the_public_api() -> None:
+    offenders = [
+        f"{path.relative_to(ROOT)}: {name}"
+        for path in sorted((ROOT / "plugins").rglob("*.py"))
+        for name in _private_imports(ast.parse(path.read_text(), str(path)))
+    ]
+    assert offenders == []
+
+
+def test_docs_and_examples_import_only_the_public_api() -> None:
+    offenders = []
+    pages = [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]
+    flags = ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT  # a page may be a session
+    for page in pages:
+        blocks = re.findall(r"```python\n(.*?)```", page.read_text(), flags=re.S)
+        for index, block in enumerate(blocks):
+            tree = compile(block, f"{page.name} block {index + 1}", "exec", flags)
+            offenders += [f"{page.name} block {index + 1}: {n}" for n in _private_imports(tree)]
+    for script in sorted((ROOT / "examples").glob("*.py")):
+        offenders += [
+            f"{script.name}: {n}" for n in _private_imports(ast.parse(script.read_text()))
+        ]
+    assert offenders == []

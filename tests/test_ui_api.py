@@ -36,7 +36,7 @@ from groundswell import (
     workflow,
 )
 from groundswell.testing import FakeAnthropicAPI, text, tool_use
-from groundswell.tree.node import label_parts
+from groundswell.tree.labels import label_parts
 
 from .test_history_api import SECRET
 

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..errors import ConfigurationError
-from ..model.calls import type_name
+from ..model.output_types import type_name
 from ..plugins.manager import get_plugin_manager
 from ..scrubbing.serialize import register_secret
 

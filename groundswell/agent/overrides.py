@@ -218,9 +218,13 @@ def override_agents_here(
 ) -> Scope[None]:
     """Put every agent on ``client`` (and ``settings``) in the current context only.
 
-    Like `override_agents`, but held in the context variable of `override_agent`:
+    Like ``groundswell.testing.use_fake``'s process-wide override, but held in a
+    context variable: the tasks and threads started inside the block see it, and
     concurrent tasks (an eval's cases, each on its own recorded replies) each see
-    their own. An agent's own override still wins over this.
+    their own. An agent's own ``agent.override(...)`` still wins over this::
+
+        with groundswell.override_agents_here(client, model="claude-haiku-4-5"):
+            await wf.run()
     """
     forced = check("override_agents_here", client, settings)
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from ..errors import ConfigurationError, GroundswellError, PluginError
-from ..model.calls import build_request
+from ..model.requests import build_request
 from ..plugins.manager import get_plugin_manager
 from ..tools.tool import Tool, ToolHandler, tool_for
 from ..tree.node import metrics_of

@@ -21,7 +21,7 @@ from typing import Any
 from ..agent import Middleware, PromptNext, PromptResult, PromptRun
 from ..errors import TokenBudgetExceeded
 from ..hooks.runner import pre_compact_hook
-from ..model.calls import output_type
+from ..model.output_types import output_type
 from ..model.thinking_blocks import drop_stale_thinking, pinned_thinking
 from ..tree.tree import NodeStatus, NodeType
 from .pricing import DollarLimits

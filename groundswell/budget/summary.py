@@ -25,7 +25,9 @@ __all__ = [
     "Summarizer",
     "asked_for",
     "content_blocks",
+    "is_summary_text",
     "previous_summary",
+    "summary_text",
     "transcript",
     "with_summary",
 ]
@@ -149,7 +151,7 @@ def with_summary(first: Mapping[str, Any], summary: str) -> dict[str, Any]:
         [{"type": "text", "text": content}] if isinstance(content, str) else list(content or [])
     )
     blocks = [b for b in blocks if not _is_summary(b)]
-    blocks.append({"type": "text", "text": f"<{SUMMARY_TAG}>\n{summary}\n</{SUMMARY_TAG}>"})
+    blocks.append({"type": "text", "text": summary_text(summary)})
     return {**first, "content": blocks}
 
 
@@ -169,8 +171,21 @@ def _is_summary(block: Any) -> bool:
     return (
         isinstance(block, Mapping)
         and block.get("type") == "text"
-        and str(block.get("text", "")).startswith(f"<{SUMMARY_TAG}>")
+        and is_summary_text(str(block.get("text", "")))
     )
+
+
+def summary_text(summary: str) -> str:
+    """The text block the ``summarize`` budget strategy adds to the instruction message
+    for ``summary``: ``<earlier_turns_summary>``, the summary, then the closing tag, on
+    lines of their own."""
+    return f"<{SUMMARY_TAG}>\n{summary}\n</{SUMMARY_TAG}>"
+
+
+def is_summary_text(text: str) -> bool:
+    """Whether ``text`` is a summary of earlier turns (`summary_text`) rather than the
+    user's own words; an exporter of conversations uses it to replace an older summary."""
+    return text.startswith(f"<{SUMMARY_TAG}>")
 
 
 _ASKS = {

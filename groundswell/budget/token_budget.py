@@ -20,10 +20,11 @@ the budget itself and the strategies' pure parts; the ``budget`` middleware
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -55,6 +56,7 @@ __all__ = [
     "resolve_budget",
     "sliding_window",
     "split_turns",
+    "use_budget",
 ]
 
 Strategy = Literal["sliding_window", "prune_oldest", "summarize", "fail"]
@@ -262,6 +264,27 @@ def leave_budget(token: BudgetToken) -> None:
         leave_spend(token[1])
         token = token[0]
     _scope.reset(token)
+
+
+@contextlib.contextmanager
+def use_budget(
+    budget: TokenBudget | None, where: Literal["step", "workflow"] = "step"
+) -> Iterator[None]:
+    """Run the block under ``budget``, as a step (or workflow) given ``budget=`` runs.
+
+    The prompts of the block, and of the tasks it starts, keep to ``budget`` (its
+    ``max_usd`` counts what they spend) unless one of them has its own. ``None`` runs
+    the block under no budget at all. For code that starts work outside ``ctx.step``,
+    such as a tool that runs a workflow and hands it the caller's budget::
+
+        with groundswell.use_budget(TokenBudget(max_total=20_000)):
+            await child.run()
+    """
+    token = enter_budget(budget, where)
+    try:
+        yield
+    finally:
+        leave_budget(token)
 
 
 def resolve_budget(

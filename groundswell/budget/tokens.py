@@ -233,7 +233,13 @@ class EstimateCounter:
 
 
 class AnthropicCounter:
-    """Counts with the API's ``messages.count_tokens`` on the calling agent's client."""
+    """Counts with the API's ``messages.count_tokens`` on the calling agent's client.
+
+    The kernel's ``"anthropic"`` token counter (``TokenBudget(counter="anthropic")``):
+    exact, at the cost of one API call per count. Subclass it to change how it counts,
+    and register the subclass under that name to replace it (see the
+    ``register_token_counters`` hook).
+    """
 
     async def count(self, request: CountRequest) -> int:
         """Exact input tokens of ``request``, as the API counts them."""

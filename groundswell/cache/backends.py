@@ -76,6 +76,7 @@ __all__ = [
     "get_cache",
     "lock_problem",
     "plugin_of",
+    "read_cache_entry",
     "request_cache_key",
     "schema_hash",
     "scope_answers",
@@ -319,6 +320,31 @@ def backend_label(cache: Cache) -> str:
     where = metrics.get("url") if isinstance(metrics, Mapping) else None
     detail = f"{kind} at {redact(str(where))}" if where else kind
     return f"{name!r} ({detail})" if name else detail
+
+
+async def read_cache_entry(
+    cache: Cache, key: str, timeout: float | None = None
+) -> tuple[Any, str | None]:
+    """What ``cache`` holds under ``key`` (``None``: nothing) and, when the backend failed, why.
+
+    The ``get`` goes through the backend's deadline and circuit breaker, as every read of
+    a prompt does: a backend that fails, takes longer than ``timeout`` seconds (at most
+    ``GROUNDSWELL_CACHE_TIMEOUT_S``) or is being skipped after failures answers
+    ``(None, reason)``, and so does one whose answer breaks the `Cache` protocol. Never
+    raises for the backend's sake. On an LRU backend the read also makes the entry the
+    most recently used.
+    """
+    guard = guard_for(cache, backend_label)
+    limit = guard.timeout_s if timeout is None else min(guard.timeout_s, timeout)
+
+    def read() -> Awaitable[Any]:
+        return cache.get(key)
+
+    try:
+        entry = await guard.call("get", read, limit, check=inflight.entry_problem)
+    except Unavailable as exc:
+        return None, f"{type(exc).__name__}: {exc}"
+    return entry, None
 
 
 def cache_entry(encoded: Any) -> dict[str, Any]:

@@ -29,10 +29,11 @@ from ..errors import GroundswellError, PluginError
 from ..evals.cli import COMMAND as EVAL_COMMAND
 from ..evals.cli import add_command as add_eval_command
 from ..hookspecs import AgentMiddleware
-from ..plugins.manager import PluginManager, get_plugin_manager, strict_plugins
+from ..plugins.loading import strict_plugins
+from ..plugins.manager import PluginManager, get_plugin_manager
 from ..scrubbing.serialize import redact, scrub
 from ..tree._render import rich_tree
-from ..tree.node import printable
+from ..tree.labels import printable
 from ..tree.tree import EventTree, NodeStatus
 from .examples import Example, examples_dir, find_examples
 from .interrupt import (

@@ -18,7 +18,8 @@ from typing import Any
 
 from ..errors import ConfigurationError
 from ..scrubbing.scrubber import scrub
-from ..tree.node import EventNode, NodeStatus, printable
+from ..tree.labels import printable
+from ..tree.node import EventNode, NodeStatus
 from ..tree.tracebacks import format_traceback
 from ..tree.tree import EventTree
 from ..workflow.inputs import input_model

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..scrubbing.scrubber import scrub
-from ..tree.node import printable
+from ..tree.labels import printable
 from ..waits.client import DEFAULT_URL, TOKEN_ENV, URL_ENV, WaitsClient, connect
 from ..waits.core import Answered, Wait
 from .run import CLIError

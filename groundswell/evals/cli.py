@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..agent import Agent
 from ..cli.run import CLIError, load_target_module
-from ..tree.node import printable
+from ..tree.labels import printable
 from ..workflow.workflow import Workflow
 
 if TYPE_CHECKING:

@@ -4,7 +4,9 @@
 - `request_settings`, `settings_check`: the settings `Agent`, `Prompt` and
   `PromptOverrides` share, checked where they are given;
 - `thinking_blocks`: what may change around thinking blocks in a conversation;
-- `calls`: building a request and calling ``anthropic.AsyncAnthropic``;
+- `requests`: building a request (`build_request`);
+- `output_types`: how a ``response_format`` is asked for and read back;
+- `calls`: calling ``anthropic.AsyncAnthropic`` (one round trip, its errors);
 - `retries`: retrying a failed request the SDK's way, ``Retry-After`` capped;
 - `batching`, `batch_middleware`: model calls through the Message Batches API.
 """

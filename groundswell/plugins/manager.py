@@ -18,11 +18,7 @@ import difflib
 import importlib
 import importlib.metadata as md
 import logging
-import os
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Any, overload
 
 import pluggy
@@ -41,76 +37,25 @@ from ..hookspecs import (
     ReflectionStrategy,
     TokenCounter,
     ToolProvider,
-    hookimpl,
 )
 from ..tree.events import SinkHub, sink_problems
+from .loading import (
+    BUILTIN,
+    ENTRY_POINT_GROUP,
+    KERNEL_PLUGINS,
+    PluginInfo,
+    env_list,
+    kernel_plugin,
+    strict_plugins,
+)
 from .records import HOOK_OF_RECORD, HOOK_RECORDS, KIND_NOUNS, RecordT, as_records
 
-__all__ = ["PluginInfo", "PluginManager", "flush_sinks", "get_plugin_manager"]
+__all__ = ["PluginManager", "flush_sinks", "get_plugin_manager"]
 
 logger = logging.getLogger("groundswell.plugins")
 
-ENTRY_POINT_GROUP = "groundswell"
-#: The kernel's own default plugins, by module name (as datasette names its
-#: DEFAULT_PLUGINS): importing them here by name keeps the registry below the
-#: features it registers.
-KERNEL_PLUGINS = (
-    "groundswell.reflection",
-    "groundswell.budget.tokens",
-    "groundswell.workflow.execution",
-    "groundswell.middleware",
-)
-BUILTIN = "groundswell"
 # Bundled plugins whose dependencies sit behind an extra: plugin (and record) name -> extra.
 _EXTRAS = {"redis": "redis", "dbos": "durable", "history": "history"}
-
-
-def _env_list(name: str) -> set[str] | None:
-    raw = os.environ.get(name)
-    if raw is None:
-        return None
-    return {part.strip() for part in raw.split(",") if part.strip()}
-
-
-_ON = frozenset({"1", "true", "yes", "on"})
-_OFF = frozenset({"0", "false", "no", "off", ""})
-
-
-def strict_plugins() -> bool:
-    """True when ``GROUNDSWELL_STRICT_PLUGINS`` asks for plugin errors to raise.
-
-    It takes ``1``/``true``/``yes``/``on`` and ``0``/``false``/``no``/``off``/``""``
-    (any case); anything else is a `ConfigurationError`, not a silent "off".
-    """
-    raw = os.environ.get("GROUNDSWELL_STRICT_PLUGINS", "")
-    value = raw.strip().lower()
-    if value in _ON:
-        return True
-    if value in _OFF:
-        return False
-    raise ConfigurationError(
-        f"GROUNDSWELL_STRICT_PLUGINS={raw!r:.40} means neither on nor off; set it to 1, true, "
-        "yes or on (plugin errors raise), or to 0, false, no, off or '' (they are reported)"
-    )
-
-
-@dataclass
-class PluginInfo:
-    """What ``groundswell plugins`` shows for one plugin."""
-
-    name: str
-    version: str | None = None
-    distribution: str | None = None
-    hooks: list[str] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-    source: str = "entry point"
-    #: Why an installed plugin was not loaded (an allow- or deny-list), else None.
-    disabled: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        """True when the plugin loaded and none of its hooks failed."""
-        return not self.errors
 
 
 class PluginManager:
@@ -140,7 +85,7 @@ class PluginManager:
         # backend, the default agent middleware) register like any plugin, so every
         # collector sees them, and no allow-list can switch them off. They are
         # tryfirst, so only a plugin's tryfirst hook takes their names.
-        kernel = _kernel_plugin(
+        kernel = kernel_plugin(
             *(
                 hook
                 for module in KERNEL_PLUGINS
@@ -155,8 +100,8 @@ class PluginManager:
 
     def load_entrypoints(self) -> int:
         """Load every allowed entry point of the ``groundswell`` group; returns how many loaded."""
-        allow = _env_list("GROUNDSWELL_LOAD_PLUGINS")
-        deny = _env_list("GROUNDSWELL_DISABLE_PLUGINS") or set()
+        allow = env_list("GROUNDSWELL_LOAD_PLUGINS")
+        deny = env_list("GROUNDSWELL_DISABLE_PLUGINS") or set()
         loaded = 0
         seen: dict[str, str | None] = {}
         available: set[str] = set()
@@ -425,7 +370,7 @@ class PluginManager:
                     owners[item.name] = impl.plugin_name
                     first[item.name] = impl
                 elif impl.plugin_name == BUILTIN and winner.plugin_name != BUILTIN:
-                    # Only a tryfirst hook gets here (see _kernel_plugin): a deliberate
+                    # Only a tryfirst hook gets here (see kernel_plugin): a deliberate
                     # replacement of a kernel default, so not an error.
                     logger.info(
                         "plugin %r replaces the kernel's %s %r",
@@ -549,25 +494,6 @@ class PluginManager:
         self._sinks_gen += 1
         if hub is not None:
             hub.close(timeout)
-
-
-def _kernel_plugin(*hooks: Callable[[], Any]) -> SimpleNamespace:
-    """The kernel's own registration hooks as one plugin, each marked ``tryfirst``.
-
-    Registered before any plugin and tryfirst, the kernel's hooks are called
-    before every plain plugin's, so its records keep their names against them;
-    a plugin's tryfirst hook is called before the kernel's (pluggy calls
-    later-registered ones first), which is how a plugin replaces a kernel record.
-    """
-
-    def tryfirst(hook: Callable[[], Any]) -> Callable[[], Any]:
-        # A wrapper, so the modules' own functions keep their plain markers.
-        def impl() -> Any:
-            return hook()
-
-        return hookimpl(tryfirst=True)(impl)
-
-    return SimpleNamespace(**{hook.__name__: tryfirst(hook) for hook in hooks})
 
 
 def _clash(hook_name: str, name: str, winner: pluggy.HookImpl, loser: pluggy.HookImpl) -> str:

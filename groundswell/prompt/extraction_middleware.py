@@ -12,7 +12,7 @@ from typing import Any
 
 from ..agent import Middleware, PromptNext, PromptResult, PromptRun
 from ..errors import ExtractionError
-from ..model.calls import OutputType
+from ..model.output_types import OutputType
 from ..scrubbing.serialize import jsonable
 from ..tree.tree import EventNode, EventTree, NodeStatus, NodeType
 from .extraction import Extract, extract_all

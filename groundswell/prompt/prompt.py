@@ -22,7 +22,7 @@ from ..errors import ConfigurationError
 from ..hooks.runner import check_hooks
 from ..hookspecs import CacheBackend
 from ..mcp.bridge import check_mcps
-from ..model.calls import OutputType, output_type
+from ..model.output_types import OutputType, output_type
 from ..model.request_fields import sdk_fields
 from ..model.request_settings import (
     RequestKeywords,
@@ -80,7 +80,7 @@ class Prompt(RequestSettings, Generic[T]):
     is a type pydantic's ``TypeAdapter`` takes (a model class, ``int``,
     ``list[str]``, a ``Literal``, an ``Enum``, a union of models, a
     ``TypedDict``, a dataclass...; the agent returns a validated value of it)
-    or ``None`` (the agent returns the text); see `groundswell.model.calls.OutputType`
+    or ``None`` (the agent returns the text); see `groundswell.model.output_types.OutputType`
     for how answers that are not objects travel. ``enable_reflection`` switches
     prompt-level reflection on (or off) for this prompt, whatever the agent says.
     ``extract`` is an `Extract` rule or a list of them,

@@ -19,7 +19,9 @@ the bundled ``groundswell_reflection`` plugin registers ``llm``.
 
 Modules: ``records`` (settings, results, entries, contexts), ``strategies``
 (running one), ``loop`` (the retry loop), ``agents`` (the agent behind a
-failure), ``api`` (``ctx.reflection`` and the process-wide switch).
+failure), ``api`` (``ctx.reflection`` and the process-wide switch),
+``recoverable`` (which failures another attempt can fix), ``middleware`` (the
+default middleware that reflects on a failed prompt).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..agent import Middleware, PromptNext, PromptResult, PromptRun, StreamEvent
-from ..model.calls import RESULT_KEY, OutputType
+from ..model.output_types import RESULT_KEY, OutputType
 from ..prompt.prompt import Prompt, PromptOverrides
 from ..runtime.context import current_frame
 from . import (

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..plugins.manager import get_plugin_manager
 from ..tree.events import Event, RunSinks
-from ..tree.node import start_record
+from ..tree.records import start_record
 from ..tree.tree import EventNode, EventTree
 
 if TYPE_CHECKING:

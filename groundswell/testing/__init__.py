@@ -21,14 +21,12 @@ answers the waits for people (``ctx.ask``) that code under test opens;
 
 from ._auto_answer import AutoAnswer, auto_answer
 from ._batches import FakeBatch, FakeBatches
-from ._checks import (
-    ProtocolViolation,
-    check_cache_backend,
-    check_counter,
-    check_engine,
-    check_middleware,
-    check_sink,
-)
+from ._checks import ProtocolViolation
+from ._checks_cache import check_cache_backend
+from ._checks_counter import check_counter
+from ._checks_engine import check_engine
+from ._checks_middleware import check_middleware
+from ._checks_sink import check_sink
 from ._fake import (
     FAKE_API_KEY,
     FakeAnthropicAPI,

@@ -227,7 +227,11 @@ def check_tools(items: Any, owner: str) -> list[Any]:
 
 
 def tool_error_text(exc: BaseException) -> str:
-    """What the model sees when a tool call raised ``exc``."""
+    """What the model sees when a tool call raised ``exc``.
+
+    A `ToolFailed`'s ``content`` as it is; any other exception as ``"Type: message"``.
+    For a ``wrap_tool_call`` middleware that rewrites error results.
+    """
     if isinstance(exc, ToolFailed):
         return exc.content
     return f"{type(exc).__name__}: {exc}"
@@ -556,7 +560,12 @@ def tool_for(fn: Callable[..., Any]) -> Tool:
 
 
 def tool_result_content(value: Any) -> str | list[dict[str, Any]]:
-    """A tool's return value as ``tool_result`` content: text, or content blocks as given."""
+    """A tool's return value as ``tool_result`` content: text, or content blocks as given.
+
+    Text stays text, bytes are decoded (or base64 when not UTF-8), a pydantic model
+    is its JSON, a list of ``text``/``image``/``document`` blocks is kept, anything
+    else is JSON (``repr`` when it is not serializable): what the model is sent.
+    """
     if isinstance(value, str):
         return value
     if isinstance(value, bytes | bytearray):

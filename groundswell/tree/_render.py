@@ -11,7 +11,8 @@ from typing import IO, Any
 from rich.console import Console, Group
 from rich.text import Text
 
-from .node import EventNode, label_parts, label_separator
+from .labels import label_parts, label_separator
+from .node import EventNode
 from .tree import EventTree
 
 __all__ = ["print_tree", "rich_tree"]

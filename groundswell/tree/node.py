@@ -1,24 +1,19 @@
-"""One node of the event tree: its type and status, its JSON record, its one-line label.
+"""One node of the event tree: its type and status, its payload and metrics.
 
 `EventNode` is what a workflow, step, prompt or tool call leaves in the tree;
-`EventTree` (in ``tree``) links the nodes. The record functions turn a node into
-the dicts of the event log and back, checking every field of a record read from
-a file; the label functions give the line ``render()`` and the renderer draw.
+`EventTree` (in ``tree``) links the nodes. Its JSON record is in ``records``,
+its one-line label in ``labels``.
 """
 
 from __future__ import annotations
 
 import enum
-import math
 import os
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from enum import StrEnum
 from typing import Any, TypeGuard
-
-from ..scrubbing.scrubber import scrub
-from .tracebacks import check_traceback
 
 __all__ = ["FINAL_STATUSES", "EventNode", "NodeStatus", "NodeType"]
 
@@ -213,7 +208,7 @@ class EventNode:
     def duration(self) -> float | None:
         """Wall time in seconds, or ``None`` while the node is still running."""
         value = metrics_of(self).get("duration")
-        return float(value) if _is_number(value) else None
+        return float(value) if is_number(value) else None
 
     def to_dict(self) -> dict[str, Any]:
         """This node as a flat, JSON-safe dict; children appear as a list of ids."""
@@ -456,263 +451,5 @@ def finish(node: EventNode, status: NodeStatus, output: Any, with_output: bool) 
     node.status = status
 
 
-# -- records ---------------------------------------------------------------------
-
-
-def start_record(node: EventNode) -> dict[str, Any]:
-    """The data of a ``node_start`` event: the node's `to_dict` record, without children."""
-    # Copies, not the node's live containers: the node keeps changing after this event.
-    # Built directly (as `to_dict` would, keys in its order): this runs on the run's
-    # thread for every node of an observed tree. `_value_` is the member's value
-    # without the enum descriptor.
-    return {
-        "id": node.id,
-        "type": node.type._value_,
-        "name": node.name,
-        "status": node.status._value_,
-        "timestamp": node.timestamp,
-        "ended_at": node.ended_at,
-        "parent_id": node.parent_id,
-        "payload": dict(payload_of(node)),
-        "metrics": dict(metrics_of(node)),
-        "events": list(node._events or ()),
-        "error": node.error,
-        "children": [],
-    }
-
-
-def end_record(node: EventNode) -> dict[str, Any]:
-    """The data of a ``node_end`` event: what a node has when it ends."""
-    return {
-        "id": node.id,
-        "status": node.status._value_,
-        "ended_at": node.ended_at,
-        "metrics": dict(metrics_of(node)),
-        "payload": dict(payload_of(node)),
-        "error": node.error,
-    }
-
-
-def node_from_record(record: Any) -> EventNode:
-    """A node from its `to_dict` record; ``ValueError`` naming what is malformed."""
-    if not isinstance(record, dict):
-        raise ValueError(f"a node record should be an object, got {record!r:.40}")
-    try:
-        node = EventNode(
-            record_field(record, "type", str, required=True),
-            record_field(record, "name", str, required=True),
-            id=record_field(record, "id", str, required=True),
-            parent_id=record_field(record, "parent_id", str),
-            status=record_status(record.get("status", NodeStatus.RUNNING.value)),
-            timestamp=record_field(record, "timestamp", (int, float), required=True),
-            payload=dict(record_field(record, "payload", dict) or {}),
-        )
-        node.ended_at = record_field(record, "ended_at", (int, float))
-        node.metrics = dict(record_field(record, "metrics", dict) or {})
-        events = record_field(record, "events", list)
-        if events:
-            node.events = list(events)
-        node.error = record_error(record)
-    except ValueError as exc:
-        raise ValueError(f"malformed node record {record.get('id', '?')!r}: {exc}") from None
-    return node
-
-
-def record_field(record: dict[str, Any], key: str, kind: Any, *, required: bool = False) -> Any:
-    """``record[key]`` when it has type ``kind`` (or is absent/None and not required)."""
-    value = record.get(key)
-    if value is None:
-        if required:
-            raise ValueError(f"{key!r} is missing")
-        return None
-    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
-        kinds = kind if isinstance(kind, tuple) else (kind,)
-        expected = " or ".join(dict.fromkeys(_JSON_NAMES.get(k, k.__name__) for k in kinds))
-        raise ValueError(f"{key!r} should be {expected}, got {value!r:.40}")
-    if isinstance(value, float) and not math.isfinite(value):  # NaN/Infinity parse as JSON
-        raise ValueError(f"{key!r} should be a finite number, got {value!r}")
-    return value
-
-
-_JSON_NAMES = {
-    str: "a string",
-    int: "a number",
-    float: "a number",
-    dict: "an object",
-    list: "a list",
-}
-
-
-def record_error(record: dict[str, Any]) -> dict[str, Any] | None:
-    """A record's ``error``: an object whose traceback, if any, is well formed."""
-    error: dict[str, Any] | None = record_field(record, "error", dict)
-    if error is not None:
-        check_traceback(error)
-    return error
-
-
-def record_status(value: Any) -> NodeStatus:
-    """A record's ``status`` as a `NodeStatus`; ``ValueError`` listing the known ones."""
-    try:
-        return NodeStatus(value)
-    except ValueError:
-        known = ", ".join(s.value for s in NodeStatus)
-        raise ValueError(f"unknown status {value!r:.40} (expected one of {known})") from None
-
-
-# -- labels ----------------------------------------------------------------------
-
-
-#: How much of an error message a tree line shows; longer ones end in "…".
-MESSAGE_WIDTH = 80
-
-_MARKS = {
-    NodeStatus.COMPLETED: "✓",
-    NodeStatus.FAILED: "✗",
-    NodeStatus.CANCELLED: "⊘",
-    NodeStatus.REVISED: "↺",
-    NodeStatus.RUNNING: "…",
-    NodeStatus.PENDING: "·",
-    NodeStatus.WAITING: "⧖",
-}
-
-
-_STATUS_STYLE = {
-    NodeStatus.COMPLETED: "green",
-    NodeStatus.FAILED: "bold red",
-    NodeStatus.CANCELLED: "yellow",
-    NodeStatus.REVISED: "magenta",
-    NodeStatus.RUNNING: "cyan",
-    NodeStatus.PENDING: "dim",
-    NodeStatus.WAITING: "bold blue",
-}
-
-
-def label_parts(node: EventNode) -> list[tuple[str, str]]:
-    """A node's one-line label as ``(text, style)`` pieces (style names are rich's)."""
-    status = node.status
-    parts = [
-        (_MARKS[status], _STATUS_STYLE[status]),
-        (node.type.value, "dim"),
-        (scrub(node.name), "bold"),
-    ]
-    # Metrics may come from a file written by anything: draw only well-typed ones.
-    metrics = metrics_of(node)
-    duration = metrics.get("duration")
-    if _is_number(duration):
-        parts.append((f"{duration * 1000:.1f}ms", "blue"))
-    if status is not NodeStatus.COMPLETED:
-        parts.append((status.value, _STATUS_STYLE[status]))
-    attempt = metrics.get("attempt")
-    if isinstance(attempt, int) and node.type in (NodeType.STEP, NodeType.PROMPT):
-        parts.append((f"attempt {attempt}", "yellow" if attempt > 1 else "dim"))
-    usage = metrics.get("usage")
-    if isinstance(usage, dict) and usage:
-        tokens = f"{usage.get('input_tokens', 0)}→{usage.get('output_tokens', 0)} tok"
-        cached = usage.get("cache_read_input_tokens")
-        if cached:
-            tokens += f" ({cached} cached)"
-        written = usage.get("cache_creation_input_tokens")
-        if written:
-            tokens += f" (+{written} to cache)"
-        parts.append((tokens, "cyan"))
-    share = metrics.get("prompt_cache_share")
-    if _is_number(share) and share and node.type is not NodeType.MODEL_CALL:
-        parts.append((f"{share:.0%} from cache", "cyan"))
-    if "cost_usd" in metrics:
-        cost = metrics["cost_usd"]
-        if _is_number(cost):
-            parts.append((usd(cost), "green"))
-        elif cost is None:  # a model without a known price (groundswell.set_prices)
-            parts.append(("$?", "dim"))
-    budget = metrics.get("budget")
-    if isinstance(budget, dict) and node.type is NodeType.PROMPT:
-        parts.extend(budget_gauge(budget))
-    before, after = metrics.get("tokens_before"), metrics.get("tokens_after")
-    if isinstance(before, int):
-        shrunk = f"{before}→{after} tok" if isinstance(after, int) else f"{before} tok"
-        parts.append((shrunk, "cyan"))
-    if "cache" in metrics:
-        hit = metrics["cache"] == "hit"
-        parts.append(("⚡ cache hit" if hit else "cache miss", "bold magenta" if hit else "dim"))
-    if metrics.get("recovered"):
-        parts.append(("↺ recovered", "bold green"))
-    if node.error:
-        error = node.error if isinstance(node.error, dict) else {"message": node.error}
-        message = printable(scrub(str(error.get("message", ""))))
-        if len(message) > MESSAGE_WIDTH:  # the whole message stays in the JSON
-            message = message[: MESSAGE_WIDTH - 1] + "…"
-        parts.append((f"{error.get('type', 'error')}: {message}", "red"))
-    # Names, messages and metrics may come from anywhere (a file, a model): a label
-    # stays one line of plain text, whatever control characters they hold.
-    return [(printable(text), style) for text, style in parts]
-
-
-_CELLS = 10
-_GAUGE = {
-    "ok": ("", "green"),
-    "warning": (" ⚠ near the limit", "yellow"),
-    "over": (" ⚠ over the limit", "bold red"),
-}
-
-
-def budget_gauge(stats: dict[str, Any]) -> list[tuple[str, str]]:
-    """A prompt's ``metrics["budget"]`` as a label gauge: its peak input against the limit,
-    ``budget ████████░░ 82% (8,200/10,000 tok) ⚠ near the limit``."""
-    peak, limit = stats.get("peak_tokens"), stats.get("limit")
-    if not (_is_number(peak) and _is_number(limit) and limit > 0):
-        return []  # a budget with only max_usd, or a file written by something else
-    threshold = stats.get("threshold")
-    share = peak / limit
-    warn = threshold if _is_number(threshold) else 0.8
-    state = "over" if share > 1 else "warning" if share >= warn else "ok"
-    filled = min(_CELLS, round(share * _CELLS))
-    note, style = _GAUGE[state]
-    bar = "█" * filled + "░" * (_CELLS - filled)
-    return [(f"budget {bar} {share:.0%} ({peak:,}/{limit:,} tok){note}", style)]
-
-
-def usd(amount: float) -> str:
-    """A cost as a label shows it: ``$0.0123``, with more digits below a cent."""
-    if amount >= 100:
-        return f"${amount:,.2f}"
-    return f"${amount:.4f}" if amount >= 0.01 or amount == 0 else f"${amount:.6f}"
-
-
-_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
-
-
-def printable(text: str) -> str:
-    """``text`` with control and invisible characters written as escapes (``\\x1b``, ``\\n``).
-
-    For one-line output: a name or message can then neither break the line,
-    forge tree lines, nor send terminal escape sequences.
-    """
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else _escape(c) for c in text)
-
-
-def _escape(char: str) -> str:
-    code = ord(char)
-    if char in _ESCAPES:
-        return _ESCAPES[char]
-    if code < 0x100:
-        return f"\\x{code:02x}"
-    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
-
-
-def _is_number(value: Any) -> TypeGuard[float]:
+def is_number(value: Any) -> TypeGuard[float]:
     return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def label_separator(index: int) -> str:
-    """What goes before piece ``index`` of a label: mark, type and name read as one phrase."""
-    return " " if index < 3 else "  "
-
-
-def label(node: EventNode) -> str:
-    """A node's one-line label as plain text (a line of ``EventTree.render``)."""
-    return "".join(
-        (label_separator(i) if i else "") + text for i, (text, _) in enumerate(label_parts(node))
-    )

@@ -20,8 +20,9 @@ from typing import Any
 from ..scrubbing.scrubber import scrub_fields, scrub_json
 from ..scrubbing.serialize import jsonable, jsonable_text
 from .events import Event
+from .labels import label
 
-# The ``x as x`` imports keep old import paths (``groundswell.tree.tree.label_parts``) working.
+# The ``x as x`` import keeps ``groundswell.tree.tree.FINAL_STATUSES`` importable.
 from .node import FINAL_STATUSES as FINAL_STATUSES
 from .node import (
     NODE_FIELDS,
@@ -29,20 +30,19 @@ from .node import (
     NodeStatus,
     NodeType,
     child_nodes,
-    end_record,
     finish,
-    label,
     metrics_of,
     new_node,
+    recorded_events,
+)
+from .records import (
+    end_record,
     node_from_record,
     record_error,
     record_field,
     record_status,
-    recorded_events,
     start_record,
 )
-from .node import label_parts as label_parts
-from .node import label_separator as label_separator
 from .tracebacks import failure_record
 
 __all__ = ["EventNode", "EventTree", "NodeStatus", "NodeType", "Replayer"]

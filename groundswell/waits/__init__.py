@@ -1,7 +1,9 @@
 """People in the loop: a run waits for a person's decision, and a person gives it.
 
 This package is public: ``groundswell.waits.pending()``, ``approve``, ``reject``,
-``answer``, and the records `Wait`, `Decision`, `Answered`, `WaitOpening`.
+``answer``, and the records `Wait`, `Decision`, `Answered`, `WaitOpening`; for
+plugins that hold waits elsewhere, `check_approval_input` (and
+`groundswell.waits.client.register_scheme`, with the client).
 
 - `core`: opening, listing and deciding waits (in this process, or through the
   execution engine for a durable run);
@@ -10,6 +12,7 @@ This package is public: ``groundswell.waits.pending()``, ``approve``, ``reject``
 - `questions`: ``ctx.ask`` and the ``ask_user`` tool.
 """
 
+from .approval import check_approval_input
 from .core import (
     VERBS,
     Answered,
@@ -32,6 +35,7 @@ __all__ = [
     "WaitOpening",
     "answer",
     "approve",
+    "check_approval_input",
     "deliver",
     "pending",
     "reject",

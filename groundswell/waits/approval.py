@@ -15,13 +15,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, InvalidAnswer
 from ..tools.tool import check_timeout
 
 if TYPE_CHECKING:
     from ..agent import ToolCall
 
-__all__ = ["Approval", "Policy", "check_approval", "needs_approval"]
+__all__ = ["Approval", "Policy", "check_approval", "check_approval_input", "needs_approval"]
 
 #: Decides whether one tool call needs approval: ``True`` when it does (sync or async).
 Policy = Callable[["ToolCall"], bool | Awaitable[bool]]
@@ -103,3 +103,18 @@ async def needs_approval(policy: Approval | None, call: ToolCall) -> bool:
             f"tool call {call.name!r}; it must return True (needs approval) or False"
         )
     return decided
+
+
+def check_approval_input(wait_id: str, input: Any) -> None:
+    """Raise `InvalidAnswer` unless ``input`` for ``approve(wait_id, input=...)`` is a dict or ``None``.
+
+    Every ``approve`` (in this process, through a `groundswell.waits.client.WaitsClient`,
+    or a plugin's remote backend) checks it first, so a wrong input fails the same way
+    wherever the wait is held.
+    """
+    if input is not None and not isinstance(input, dict):
+        raise InvalidAnswer(
+            f"approve({wait_id!r}, input=...): input must be a dict of the tool's arguments "
+            f"(or None to keep them), got {type(input).__name__}",
+            wait_id=str(wait_id),
+        )

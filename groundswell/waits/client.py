@@ -26,6 +26,7 @@ import httpx2
 from ..errors import ConfigurationError, GroundswellError, InvalidAnswer, UnknownWait, WaitClosed
 from ..plugins.manager import get_plugin_manager
 from ..scrubbing.scrubber import REDACTED, scrub
+from .approval import check_approval_input
 from .core import Answered, Decision, Wait
 
 __all__ = [
@@ -121,12 +122,7 @@ class HTTPWaits:
     def approve(
         self, wait_id: str, *, input: dict[str, Any] | None = None, by: str | None = None
     ) -> Answered:
-        if input is not None and not isinstance(input, dict):
-            raise InvalidAnswer(
-                f"approve({wait_id!r}, input=...): input must be a dict of the tool's "
-                f"arguments (or None to keep them), got {type(input).__name__}",
-                wait_id=str(wait_id),
-            )
+        check_approval_input(wait_id, input)
         return self._decide(wait_id, "approve", {"input": input, "by": by})
 
     def reject(self, wait_id: str, reason: str, *, by: str | None = None) -> Answered:

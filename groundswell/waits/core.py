@@ -39,6 +39,7 @@ from ..scrubbing.serialize import jsonable, redact
 from ..tree.tree import CANCELLATIONS, EventNode, EventTree, NodeStatus, NodeType
 from ..workflow.execution import RemoteWaits, WaitingEngine, created_engines
 from ..workflow.outcomes import end_failed
+from .approval import check_approval_input
 
 if TYPE_CHECKING:
     from ..workflow.workflow import WorkflowContext
@@ -221,12 +222,7 @@ def approve(
     `UnknownWait` (`WaitClosed` once decided) or `InvalidAnswer`. A wait held elsewhere
     (a durable run's) goes there: in a coroutine, await the result.
     """
-    if input is not None and not isinstance(input, dict):
-        raise InvalidAnswer(
-            f"approve({wait_id!r}, input=...): input must be a dict of the tool's arguments "
-            f"(or None to keep them), got {type(input).__name__}",
-            wait_id=str(wait_id),
-        )
+    check_approval_input(wait_id, input)
     return _decide(wait_id, Decision("approve", input=input, by=_by(by)))
 
 

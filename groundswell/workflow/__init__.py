@@ -1,6 +1,7 @@
 """Workflows and steps.
 
-- `workflow`: ``@workflow``, `Workflow` and its run;
+- `workflow`: ``@workflow``, `Workflow` and its run, `WorkflowContext`;
+- `steps`: ``ctx.step``: each attempt a ``step`` node, and state snapshots;
 - `inputs`, `options`: a workflow's arguments (schema, checks) and its options;
 - `step_body`: running a step's body under its timeout;
 - `outcomes`: `WorkflowResult`, or the `WorkflowError` naming where it failed;

@@ -146,7 +146,7 @@ def configure(**config: Any) -> None:
     imports a module that calls this.
     """
     _require_dbos()
-    from groundswell.workflow.execution import get_engine
+    from groundswell import get_engine
 
     from . import _engine, _runtime  # noqa: F401 - importing _engine registers the workflow
 

@@ -24,7 +24,7 @@ from dbos import DBOSClient
 from dbos._error import DBOSException
 
 from groundswell import ConfigurationError, InvalidAnswer, UnknownWait, WaitClosed
-from groundswell.waits import VERBS, Answered, Decision, Wait
+from groundswell.waits import VERBS, Answered, Decision, Wait, check_approval_input
 
 from . import _runtime
 from ._waits import CLOSED_ATTR, OPEN_ATTR, message_for, topic
@@ -247,12 +247,7 @@ class DBOSWaits:
     def approve(
         self, wait_id: str, *, input: dict[str, Any] | None = None, by: str | None = None
     ) -> Answered:
-        if input is not None and not isinstance(input, dict):
-            raise InvalidAnswer(
-                f"approve({wait_id!r}, input=...): input must be a dict of the tool's "
-                f"arguments (or None to keep them), got {type(input).__name__}",
-                wait_id=str(wait_id),
-            )
+        check_approval_input(wait_id, input)
         return self._send(wait_id, Decision.approve(input, by=by))
 
     def reject(self, wait_id: str, reason: str, *, by: str | None = None) -> Answered:

@@ -24,8 +24,7 @@ from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 import groundswell
-from groundswell import NodeStatus, NodeType
-from groundswell.runtime.context import new_run_tree
+from groundswell import NodeStatus, NodeType, new_run_tree
 
 from .api_models import Problem
 from .auth import SECRET_ENV, Caller, caller_for_token

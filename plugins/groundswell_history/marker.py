@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from groundswell import Middleware, PromptResult, PromptRun, observe_run
-from groundswell.agent import PromptNext
+from groundswell import Middleware, PromptNext, PromptResult, PromptRun, observe_run
 
 __all__ = ["MarkSessions"]
 

@@ -20,8 +20,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from groundswell import ConfigurationError, Workflow, WorkflowError
-from groundswell.agent.overrides import override_agents_here
+from groundswell import ConfigurationError, Workflow, WorkflowError, override_agents_here
 
 from .ui_runs import LiveRuns
 

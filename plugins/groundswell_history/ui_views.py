@@ -1,6 +1,6 @@
 """What the dev UI's API answers about one run: its tree, and one node's details.
 
-Labels come from the kernel's own `groundswell.tree.node.label_parts`, so a node
+Labels come from the kernel's own `groundswell.label_parts`, so a node
 in the page reads exactly like its line of ``tree.render()`` (same marks,
 statuses, tokens, costs, budget gauge). Everything answered goes through
 `groundswell.redact`, the scrubber every output uses.
@@ -10,9 +10,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from groundswell import EventNode, EventTree, NodeStatus, NodeType, redact
-from groundswell.tree.node import label_parts
-from groundswell.tree.tracebacks import format_traceback
+from groundswell import (
+    EventNode,
+    EventTree,
+    NodeStatus,
+    NodeType,
+    format_traceback,
+    label_parts,
+    redact,
+)
 
 __all__ = ["node_detail", "tree_view"]
 

@@ -4,7 +4,7 @@ The run's tree says which keys were used (``cache_hit`` / ``cache_miss`` events 
 prompt and tool nodes); the backend says whether it still holds them. Every figure
 shown is the calling run's own: backends and tool names are shared by every run of
 the process, so process-wide counters are never shown. Lookups go through the
-backend's guard (`groundswell.cache.guard`), run concurrently, and share one deadline.
+backend's guard (`groundswell.read_cache_entry`), run concurrently, and share one deadline.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import json
 import os
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
@@ -29,12 +29,11 @@ from groundswell import (
     NodeType,
     ToolCachePolicy,
     ToolError,
+    choose_cache,
     current_agent,
+    read_cache_entry,
     redact,
 )
-from groundswell.cache.backends import backend_label, choose_cache
-from groundswell.cache.guard import Unavailable, guard_for
-from groundswell.cache.inflight import entry_problem
 
 from ._common import Limits, anchor, clip, matches, node_in_tree, where, workflow_node
 
@@ -76,9 +75,10 @@ def _keys(tree: EventTree) -> dict[str, _Key]:
     return found
 
 
-def _problem(exc: Exception) -> str:
+def _problem(failure: Exception | str) -> str:
     """A backend's failure as the model may see it: short, secrets (a URL's password) removed."""
-    text: str = redact(f"{type(exc).__name__}: {exc}")
+    said = failure if isinstance(failure, str) else f"{type(failure).__name__}: {failure}"
+    text: str = redact(said)
     return text[:300]
 
 
@@ -106,16 +106,8 @@ class _Lookups:
         left = self.deadline - time.monotonic()
         if left <= 0:
             return None, f"not looked up: this call's {_LOOKUPS_S:g} s for lookups ran out"
-        guard = guard_for(cache, backend_label)
-
-        def read() -> Awaitable[Any]:
-            return cache.get(key)
-
-        try:
-            entry = await guard.call("get", read, min(guard.timeout_s, left), check=entry_problem)
-        except Unavailable as exc:
-            return None, _problem(exc)
-        return entry, None
+        entry, failed = await read_cache_entry(cache, key, left)
+        return entry, None if failed is None else _problem(failed)
 
 
 def _policies(agent: Any) -> dict[str, ToolCachePolicy]:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 from collections import OrderedDict
 from collections.abc import Callable
@@ -23,8 +24,8 @@ from groundswell import (
     Workflow,
     WorkflowError,
     current_agent,
+    use_budget,
 )
-from groundswell.budget.token_budget import enter_budget, leave_budget
 
 from ._common import Limits, clip, where, workflow_node
 
@@ -322,13 +323,9 @@ def build(limits: Limits) -> list[Callable[..., Any]]:
             return out
 
         async def run() -> Any:
-            scope = enter_budget(budget, "step") if budget is not None else None
-            try:
+            with use_budget(budget) if budget is not None else contextlib.nullcontext():
                 async with asyncio.timeout(timeout):
                     return await child_wf.run(**kwargs)
-            finally:
-                if scope is not None:
-                    leave_budget(scope)
 
         if not wait:
             known = {c.id for c in call.children}

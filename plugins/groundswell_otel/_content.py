@@ -29,13 +29,11 @@ import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from groundswell.budget.token_budget import SUMMARY_TAG
-from groundswell.prompt.prompt import render_user
+from groundswell import is_summary_text, render_user, summary_text
 
 __all__ = ["Conversation", "first_messages", "output_messages", "response_parts"]
 
 Prepare = Callable[[Any], Any]
-_SUMMARY_START = f"<{SUMMARY_TAG}>"
 NOT_CAPTURED = "[introspection result not captured]"
 
 
@@ -199,7 +197,7 @@ class Conversation:
             self._entries = [e for i, e in enumerate(self._entries) if i not in gone]
 
     def _summarize(self, summary: str) -> None:
-        # As groundswell.budget.token_budget.with_summary: the last message of the instruction gets
+        # As the summarize budget strategy does: the last message of the instruction gets
         # the summary as its last text part, replacing an earlier one.
         head = next((i for i, e in enumerate(self._entries) if e.role == "assistant"), 0)
         if head < 1:
@@ -211,11 +209,9 @@ class Conversation:
         parts = [
             p
             for p in message["parts"]
-            if not (
-                p.get("type") == "text" and str(p.get("content", "")).startswith(_SUMMARY_START)
-            )
+            if not (p.get("type") == "text" and is_summary_text(str(p.get("content", ""))))
         ]
-        text = self._prepare(f"{_SUMMARY_START}\n{summary}\n</{SUMMARY_TAG}>")
+        text = self._prepare(summary_text(summary))
         parts.append({"type": "text", "content": text})
         messages = [*entry.messages[:-1], {**message, "parts": parts}]
         self._entries[head - 1] = _Entry(entry.role, messages)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from groundswell.agent import Middleware, PromptRun, ToolCall, ToolNext
+from groundswell import Middleware, PromptRun, ToolCall, ToolNext
 
 __all__ = ["MCPTraceContext"]
 

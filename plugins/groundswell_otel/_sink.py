@@ -15,8 +15,7 @@ from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, Span, SpanKind, Status, StatusCode
 
 import groundswell
-from groundswell import Event
-from groundswell.tree.tracebacks import format_traceback
+from groundswell import Event, format_traceback
 
 from . import attributes as A
 from ._content import (

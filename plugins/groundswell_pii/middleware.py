@@ -15,9 +15,17 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from groundswell import ConfigurationError, EventNode, Middleware, PromptRun, ToolCall
-from groundswell.agent import ToolNext
-from groundswell.tools.tool import ToolFailed, tool_error_text, tool_result_content
+from groundswell import (
+    ConfigurationError,
+    EventNode,
+    Middleware,
+    PromptRun,
+    ToolCall,
+    ToolFailed,
+    ToolNext,
+    tool_error_text,
+    tool_result_content,
+)
 
 from .detect import KINDS, Detector, Scanner, builtin_detectors
 

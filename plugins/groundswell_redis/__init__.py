@@ -8,7 +8,7 @@ raised to the caller; Groundswell's agents turn them into a cache miss with a
 ``cache_error`` event, so a Redis outage never fails a run.
 
 It offers the kernel's optional lock (``try_lock``/``unlock``, see
-`groundswell.cache.backends.CacheLock`): ``SET <prefix>lock:<key> <owner> NX PX <ttl>``,
+`groundswell.CacheLock`): ``SET <prefix>lock:<key> <owner> NX PX <ttl>``,
 renewed and released only by its owner (a Lua script each), so processes
 sharing the server answer each request once between them.
 

@@ -6,7 +6,7 @@ and are shared by every process that opens the file. The file is
 (``~/.groundswell/cache.db``). Entries expire after their TTL; beyond
 ``max_items`` the least recently used are evicted (``metrics()`` counts
 them). It offers the kernel's optional lock (``try_lock``/``unlock``, see
-`groundswell.cache.backends.CacheLock`), so processes sharing the file answer an
+`groundswell.CacheLock`), so processes sharing the file answer an
 identical prompt once between them.
 
 SQLite comes with Python: nothing to install. The file is in WAL mode, so
