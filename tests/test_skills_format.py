@@ -452,11 +452,3 @@ def test_yaml_aliases_in_the_front_matter_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match="uses a YAML anchor or alias") as caught:
         Skill(folder)
     assert "Skill(" in str(caught.value) and "write each value out in full" in str(caught.value)
-
-
-def test_skill_is_still_importable_from_groundswell_tools() -> None:
-    import groundswell.tools.tool
-    from groundswell.tools.tool import Skill as FromTools
-
-    assert FromTools is Skill
-    assert "Skill" in groundswell.tools.tool.__all__

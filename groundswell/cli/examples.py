@@ -49,7 +49,7 @@ class Example:
 def examples_dir() -> Path | None:
     """Where the examples are: ``GROUNDSWELL_EXAMPLES_DIR``, the wheel's copy, or the checkout's."""
     override = os.environ.get("GROUNDSWELL_EXAMPLES_DIR")
-    here = Path(__file__).resolve().parent
+    here = Path(__file__).resolve().parent.parent  # the groundswell package
     candidates = [Path(override)] if override else [here / "examples", here.parent / "examples"]
     for folder in candidates:
         if any(folder.glob(PATTERN)):
