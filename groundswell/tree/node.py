@@ -7,11 +7,13 @@ its one-line label in ``labels``.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import os
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextvars import ContextVar
 from enum import StrEnum
 from typing import Any, TypeGuard
 
@@ -379,8 +381,55 @@ def _add_sums(node: EventNode, metrics: dict[str, Any] | None) -> None:
         node._summed = True
 
 
+#: Within a whole-tree read (`reading_whole_tree`): for nodes looked at so far, whether
+#: their subtree holds nothing to add up (no model call with metrics, no final totals).
+_nothing_below: ContextVar[dict[int, bool] | None] = ContextVar(
+    "groundswell_nothing_below", default=None
+)
+
+
+@contextlib.contextmanager
+def reading_whole_tree() -> Iterator[None]:
+    """Within: reading the metrics of every node of a tree (`EventTree.to_json`,
+    ``render``, ``save``) adds up each running subtree with nothing in it once, not
+    once per running node above it (a deep chain of running nodes was quadratic)."""
+    token = _nothing_below.set({})
+    try:
+        yield
+    finally:
+        _nothing_below.reset(token)
+
+
+def _is_total(node: EventNode) -> bool:
+    """A node whose sums are read from its own metrics: a model call, or a step or
+    workflow whose sums are final (or recorded)."""
+    return node.type is _MODEL_CALL or (node._summed and node.type in _TOTALS)
+
+
+def _mark_nothing_below(node: EventNode, known: dict[int, bool]) -> bool:
+    """Whether ``node``'s subtree holds nothing to add up; noted in ``known`` for it and
+    every running subtree under it (one pass, children before parents)."""
+    stack: list[tuple[EventNode, bool]] = [(node, False)]
+    while stack:
+        at, children_done = stack.pop()
+        if id(at) in known:
+            continue
+        kids = at._children or ()
+        if not children_done:
+            stack.append((at, True))
+            stack.extend((kid, False) for kid in kids if not _is_total(kid))
+            continue
+        known[id(at)] = all(
+            kid._metrics is None if _is_total(kid) else known.get(id(kid), False) for kid in kids
+        )
+    return known[id(node)]
+
+
 def _sums_below(node: EventNode) -> dict[str, Any]:
     """``cost_usd`` and ``usage`` of the model calls below ``node`` (empty: none)."""
+    known = _nothing_below.get()
+    if known is not None and (known.get(id(node)) or _mark_nothing_below(node, known)):
+        return {}
     cost: float | None = 0.0
     costed = False
     usage: dict[str, int] | None = None
@@ -410,6 +459,8 @@ def _sums_below(node: EventNode) -> dict[str, Any]:
             continue
         kids = below._children
         if kids:
+            if known is not None:  # a whole-tree read: what holds nothing is not walked again
+                kids = [kid for kid in kids if not known.get(id(kid))]
             stack.extend(kids)
     sums: dict[str, Any] = {}
     if costed:

@@ -33,6 +33,7 @@ from .node import (
     finish,
     metrics_of,
     new_node,
+    reading_whole_tree,
     recorded_events,
 )
 from .records import (
@@ -268,10 +269,12 @@ class EventTree:
         Secrets are scrubbed (``groundswell.scrub``), like every output of a run.
         """
         root_id = start if start is not None else (self.root.id if self.root else None)
+        with reading_whole_tree():
+            nodes = [n.to_dict() for n in self.walk(start)]
         return {
             "version": FORMAT_VERSION,
             "root_id": root_id,
-            "nodes": scrub_fields([n.to_dict() for n in self.walk(start)], _FREE_FIELDS),
+            "nodes": scrub_fields(nodes, _FREE_FIELDS),
         }
 
     def mount(self, data: dict[str, Any], parent: EventNode) -> EventNode:
@@ -375,7 +378,7 @@ class EventTree:
         """
         target = Path(path)
         target.parent.mkdir(parents=True, exist_ok=True)
-        with target.open("w", encoding="utf-8") as f:
+        with target.open("w", encoding="utf-8") as f, reading_whole_tree():
             for event in self.events():
                 f.write(json.dumps(event.to_record(), separators=(",", ":")) + "\n")
         return target
@@ -457,7 +460,8 @@ class EventTree:
             return "(empty tree)"
         first = self.get_node(start) if start else self.root
         assert first is not None
-        lines = [lead + label(node) for lead, node in self.guided(first)]
+        with reading_whole_tree():
+            lines = [lead + label(node) for lead, node in self.guided(first)]
         return "\n".join(lines)
 
     @staticmethod
