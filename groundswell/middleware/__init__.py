@@ -2,11 +2,11 @@
 
 Each feature around the agent loop is one small `groundswell.Middleware`, in the
 package of the feature it serves (``DEFAULT_MIDDLEWARE`` names each module, e.g.
-``groundswell.cache.middleware``). This table is all that lives here. The kernel
-registers them as its default plugin (the
-way datasette ships its own features as default plugins), so a plugin can
-list, reorder around or replace any of them by name. Factories import their
-module only when a prompt first needs the middleware.
+``groundswell.cache.middleware``); only this table lives here. The kernel
+registers them as its default plugin (the way datasette ships its own features
+as default plugins), so a plugin can list, reorder around or replace any of
+them by name. Factories import their module only when a prompt first needs the
+middleware.
 
 Orders (lower runs outside higher; the prompt node starts at 200):
 
