@@ -17,7 +17,6 @@ from groundswell_history.api import issue_token
 from hypothesis import HealthCheck, given, settings
 from schemathesis import GenerationMode
 from schemathesis.checks import (
-    negative_data_rejection,
     not_a_server_error,
     response_schema_conformance,
     status_code_conformance,
@@ -25,15 +24,17 @@ from schemathesis.checks import (
 
 from .test_history_api import SECRET, Server
 
+# A few reproducible examples per operation (each gets a run of its own), which reach
+# every query parameter in both modes. Derandomized: the seed comes from the source of
+# the test function, so editing it changes the examples.
 FUZZ = settings(
-    max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True
+    max_examples=15, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True
 )
-CHECKS = [
-    not_a_server_error,
-    status_code_conformance,
-    response_schema_conformance,
-    negative_data_rejection,
-]
+# Not negative_data_rejection: the token given here replaces a broken Authorization
+# header a negative case may hold, which makes that case a valid request (whether a
+# run passed then hung on which examples the seed gave). The refusals of invalid
+# requests are tested one by one in test_history_api.py.
+CHECKS = [not_a_server_error, status_code_conformance, response_schema_conformance]
 
 
 @pytest.fixture
