@@ -30,6 +30,13 @@ atexit.register(shutil.rmtree, _SUITE_HOME, ignore_errors=True)
 # tests/data holds projects with test files of their own; they run in subprocesses.
 collect_ignore_glob = ["data/*"]
 
+# Options for a pytest this suite runs in a subprocess (a user's project, a page's tests):
+# the plugins of this repository's own test tools, which such a run never uses, kept from
+# loading (schemathesis and hypothesis alone take seconds to import).
+UNUSED_PYTEST_PLUGINS = (
+    "-p no:schemathesis -p no:hypothesispytest -p no:xdist -p no:xdist.looponfail"
+)
+
 
 class RecordingSink:
     """An event sink that keeps every event it is given."""
@@ -121,6 +128,32 @@ def service_unavailable(message: str) -> None:
     if os.environ.get("GROUNDSWELL_REQUIRE_SERVICES") == "1":
         pytest.fail(f"{message}; GROUNDSWELL_REQUIRE_SERVICES=1 makes it mandatory")
     pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def groundswell_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The checkout's wheel, built by pip as a user builds it, once per test run: the
+    processes of a parallel run share it (the first builds it, under a file lock)."""
+    import fcntl
+    import subprocess
+
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # the run's folder; each worker's own is a subfolder
+    dist = shared / "groundswell-wheel"
+    with open(shared / "groundswell-wheel.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not any(dist.glob("groundswell-*.whl")):
+            env = {k: v for k, v in os.environ.items() if not k.startswith("GROUNDSWELL_")}
+            env["PIP_NO_INDEX"] = "1"
+            build = subprocess.run(
+                [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                 "-w", str(dist), str(Path(__file__).resolve().parent.parent)],
+                capture_output=True, text=True, timeout=600, env=env,
+            )  # fmt: skip
+            assert build.returncode == 0, build.stderr
+    (wheel,) = dist.glob("groundswell-*.whl")
+    return wheel
 
 
 @pytest.fixture(scope="session")

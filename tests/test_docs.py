@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from . import docs_runner
+from .conftest import UNUSED_PYTEST_PLUGINS
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNNER = Path(docs_runner.__file__).resolve()
@@ -98,6 +99,9 @@ def page_env(home: Path) -> dict[str, str]:
         if not k.startswith(("ANTHROPIC_", "GROUNDSWELL_", "OTEL_", "DBOS_"))
     }
     env["HOME"] = str(home)  # ~/.groundswell (history, DBOS) lands in the temporary folder
+    # A reader has none of this repository's test tools; their pytest plugins would take
+    # seconds to load in every pytest a page runs (its test files, its own subprocesses).
+    env["PYTEST_ADDOPTS"] = UNUSED_PYTEST_PLUGINS
     return env
 
 

@@ -10,6 +10,8 @@ from groundswell import Agent, ConfigurationError, workflow
 from groundswell.evals import Case, Contains, Dataset, EvalCase, capture, cases, check
 from groundswell.testing import FakeAnthropicAPI, text
 
+from .conftest import UNUSED_PYTEST_PLUGINS
+
 pytest_plugins = ["pytester"]
 
 CASES = """
@@ -58,7 +60,9 @@ def test_a_pytest_run_has_a_test_per_case_and_says_why_one_failed(
     )
     pytester.makefile(".yaml", cases=CASES)
     pytester.makepyfile(test_capitals=TEST_FILE)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-W", "error", "-v")
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", *UNUSED_PYTEST_PLUGINS.split(), "-W", "error", "-v"
+    )  # fmt: skip
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(
         [

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from .conftest import UNUSED_PYTEST_PLUGINS
+
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
 
@@ -30,7 +32,9 @@ def run(cmd: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
 @pytest.fixture(scope="module")
 def fresh_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     venv = tmp_path_factory.mktemp("fresh") / "venv"
-    assert run([sys.executable, "-m", "venv", str(venv)]).returncode == 0
+    # No pip of its own (seconds to set up): the parent's, found through the .pth line
+    # below, installs into this environment.
+    assert run([sys.executable, "-m", "venv", "--without-pip", str(venv)]).returncode == 0
     python = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
     site = run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"])
     parent = sysconfig.get_path("purelib")
@@ -93,8 +97,9 @@ def test_installed_example_sink_sees_a_real_run(fresh_python: Path, tmp_path: Pa
 
 def test_example_plugin_own_tests_pass(fresh_python: Path) -> None:
     tests = ROOT / "examples" / "plugin_template" / "tests"
+    pytest_cmd = [str(fresh_python), "-m", "pytest", "-q", "-p", "no:cacheprovider"]
     out = run(
-        [str(fresh_python), "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tests)],
+        [*pytest_cmd, *UNUSED_PYTEST_PLUGINS.split(), str(tests)],
         cwd=str(tests.parent),
         # As in a user's environment, where the template's entry point loads too;
         # only the deliberately broken plugin is kept out.

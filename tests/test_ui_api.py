@@ -549,23 +549,14 @@ def test_groundswell_ui_on_a_network_address_refuses_requests_without_its_token(
         process.wait(10)
 
 
-def test_the_page_and_its_scripts_ship_in_the_wheel(tmp_path: Path) -> None:
+def test_the_page_and_its_scripts_ship_in_the_wheel(groundswell_wheel: Path) -> None:
     from groundswell_history.api_ui import STATIC
 
     page = (STATIC / "index.html").read_text()
     assert "http://" not in page and "https://" not in page  # nothing from a CDN: works offline
-    root = Path(__file__).resolve().parents[1]
-    build = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-         "-w", str(tmp_path), str(root)],
-        capture_output=True,
-        text=True,
-    )  # fmt: skip
-    assert build.returncode == 0, build.stderr
-    (wheel,) = tmp_path.glob("groundswell-*.whl")
     shipped = {
         name.rpartition("/")[2]
-        for name in zipfile.ZipFile(wheel).namelist()
+        for name in zipfile.ZipFile(groundswell_wheel).namelist()
         if name.startswith("groundswell_history/ui_static/")
     }
     assert shipped == {p.name for p in STATIC.iterdir()}

@@ -19,6 +19,8 @@ import pytest
 
 from groundswell.testing import FakeAnthropicAPI, LoopbackServer, json_reply, tool_use
 
+from .conftest import UNUSED_PYTEST_PLUGINS
+
 PROJECT = Path(__file__).parent / "data" / "user_project"
 
 
@@ -59,7 +61,8 @@ def _record(project: Path, api: LoopbackServer) -> Path:
 
 
 def _pytest(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args]
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    command += [*UNUSED_PYTEST_PLUGINS.split(), *args]
     return subprocess.run(command, cwd=project, env=_env(), capture_output=True, text=True)
 
 
