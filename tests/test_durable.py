@@ -330,11 +330,16 @@ class Project:
         assert out.returncode == 0, out.stderr[-4000:]
         return json.loads(out.stdout.strip().splitlines()[-1]), out.stderr
 
-    def worker(self, queue: str, *extra: str, **env: str) -> subprocess.Popen[str]:
+    def worker(
+        self, queue: str, *extra: str, wait: bool = True, **env: str
+    ) -> subprocess.Popen[str]:
+        """A worker for ``queue``, listening once this returns (``wait=False``: starting)."""
         proc = self.start(
             "-m", "groundswell.cli", "worker", "--queue", queue,
             "--takeover-interval", "0.5", *extra, **env,
         )  # fmt: skip
+        if not wait:
+            return proc
         assert proc.stdout is not None
         line = proc.stdout.readline()  # printed once the worker listens
         assert line.startswith("worker "), line + (proc.stderr.read() if proc.stderr else "")
@@ -352,10 +357,12 @@ def project(
         fake[1].base_url,
         GS_TEST_LOG=str(tmp_path / "steps.log"),
         GROUNDSWELL_DBOS_POLL_S="0.1",
-        GROUNDSWELL_DBOS_TAKEOVER_GRACE_S="1",
+        # No grace: a test kills a process with Project.kill, which returns once its
+        # liveness lock is gone, and no live process here ever loses its lock.
+        GROUNDSWELL_DBOS_TAKEOVER_GRACE_S="0",
     )
     yield made
-    made.stop()
+    made.stop(kill=True)  # the processes are done with; a graceful stop only takes longer
 
 
 def wait_for(path: Path, timeout: float = 60) -> None:

@@ -25,7 +25,7 @@ from groundswell import EventTree
 from groundswell.testing import FakeAnthropicAPI, LoopbackServer
 
 from .test_durable import RECOVER, Project, database  # noqa: F401 - the fixture, used by name
-from .test_durable_tools_once import kill, recorded, until
+from .test_durable_tools_once import recorded, until
 
 pytestmark = pytest.mark.slow
 
@@ -105,7 +105,9 @@ def project(
         database,
         fake[1].base_url,
         GS_TEST_LOG=str(tmp_path / "unused.log"),
-        GROUNDSWELL_DBOS_TAKEOVER_GRACE_S="0.5",
+        # No grace: Project.kill returns once the killed process's liveness lock is
+        # gone, and no live process here ever loses its lock.
+        GROUNDSWELL_DBOS_TAKEOVER_GRACE_S="0",
         GROUNDSWELL_BATCH_FIRST_POLL="0.05",
         GROUNDSWELL_BATCH_MAX_POLL="0.2",
     )
@@ -130,7 +132,7 @@ def test_a_run_killed_while_its_batch_is_pending_waits_for_that_batch_after_reco
     until(lambda: tickets(url, run_id) == 2, "both tickets checkpointed")
     (batch,) = api.batches
     until(lambda: batch.polls > 0, "the first process polling the batch")
-    kill(proc)  # while the batch is still in progress
+    project.kill(proc)  # while the batch is still in progress
     assert batch.processing_status == "in_progress"
     polled = batch.polls
 

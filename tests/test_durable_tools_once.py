@@ -1,18 +1,17 @@
 """Tool calls in durable runs: checkpointed when the tool returns, not run again on recovery.
 
 A run's process is killed with SIGKILL right after a tool's checkpoint
-committed, ten times over, and recovered by a new process each time: every
-tool with a side effect ran once in all. A tool with ``checkpoint=False`` runs
-again on recovery, with the same idempotency key. Real processes, the real
-PostgreSQL and one fake Anthropic API on a loopback port, which holds back the
-model's next answer so that the test kills the process at a known point.
+committed, at every kind of point a run of ten tool calls has, and recovered by
+a new process each time: every tool with a side effect ran once in all. A tool
+with ``checkpoint=False`` runs again on recovery, with the same idempotency key.
+Real processes, the real PostgreSQL and one fake Anthropic API on a loopback
+port, which holds back the model's next answer so that the test kills the
+process at a known point.
 """
 
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
 import threading
 import time
 from collections import Counter
@@ -162,7 +161,9 @@ def project(
         database,
         fake[1].base_url,
         GS_TEST_LOG=str(tmp_path / "tools.log"),
-        GROUNDSWELL_DBOS_TAKEOVER_GRACE_S="0.5",
+        # No grace: the tests kill a process with Project.kill, which returns once its
+        # liveness lock is gone, and no live process here ever loses its lock.
+        GROUNDSWELL_DBOS_TAKEOVER_GRACE_S="0",
     )
     yield made
     model.set_hold(None)
@@ -196,27 +197,34 @@ def until(check: Any, what: str, timeout: float = 60) -> None:
         time.sleep(0.02)
 
 
-def kill(proc: subprocess.Popen[str]) -> None:
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=10)
-
-
 def logged(project: Project) -> list[dict[str, Any]]:
     return [json.loads(line) for line in project.lines()]
 
 
-def test_a_run_killed_right_after_each_of_10_tool_calls_charges_each_payment_once(
+# Where the run's process is killed: after tool call 1 (the first process), 2 (a
+# recovery, replaying one checkpoint), 3 (a recovery of a recovered run, replaying
+# checkpoints of two dead processes) and 10 (after the last call: what is left is
+# only the model's final answer). Every other point is one of these: after call k,
+# 4 <= k <= 9, is the kill after call 3 with more checkpoints replayed. The
+# process killed after call 10 recovered the run after call 3 and made calls 4 to
+# 10 live: a recovered run going on for several calls is covered too.
+KILLS = (1, 2, 3, 10)
+
+
+def test_a_run_killed_right_after_tool_calls_1_2_3_and_10_charges_each_payment_once(
     project: Project, model: Model
 ) -> None:
     url = project.env["DBOS_SYSTEM_DATABASE_URL"]
-    for k in range(1, 11):
+    pids: list[int] = []
+    for k in KILLS:
         model.set_hold(k)  # the model's answer to the k-th tool result waits
         if k == 1:
             proc = project.start("-c", RUN, "pay-10", '["charge", 10]')
-        else:  # a new process finishes the dead one's run: calls 1 to k-1 come back
+        else:  # a new process finishes the dead one's run: the calls before come back
             proc = project.start("-c", RECOVER)
         until(lambda k=k: checkpoints(url, "pay-10", "charge") == k, f"charge {k} checkpointed")
-        kill(proc)  # right after the k-th call's checkpoint committed
+        project.kill(proc)  # right after the k-th call's checkpoint committed
+        pids.append(proc.pid)
         assert [line["n"] for line in logged(project)] == list(range(1, k + 1))
     model.set_hold(None)
 
@@ -225,10 +233,10 @@ def test_a_run_killed_right_after_each_of_10_tool_calls_charges_each_payment_onc
     assert recovered["status"] == "completed"
     assert recovered["output"] == "done after 10 calls: charged payment 10"
     ran = logged(project)
-    # Ten runs of the process, ten payments, each charged once (by the process that
-    # was killed right after it).
+    # Ten payments, each charged once: by the process that was killed right after
+    # it, calls 4 to 10 by the one killed after the tenth; none by the last one.
     assert Counter(line["n"] for line in ran) == Counter(range(1, 11))
-    assert len({line["pid"] for line in ran}) == 10
+    assert [line["pid"] for line in ran] == pids[:3] + [pids[3]] * 7
     keys = [line["key"] for line in ran]
     assert len(set(keys)) == 10 and all(key.startswith("pay-10:") for key in keys)
     tree = EventTree.from_json(recovered["tree"])
@@ -244,7 +252,7 @@ def test_a_tool_that_opts_out_of_checkpoints_runs_again_with_the_same_idempotenc
     model.set_hold(1)
     proc = project.start("-c", RUN, "peek-1", '["balance", 1]')
     until(lambda: model.held == [1], "the tool returned and the model was asked again")
-    kill(proc)
+    project.kill(proc)
     model.set_hold(None)
 
     (recovered,) = project.run("-c", RECOVER)

@@ -207,10 +207,12 @@ def project(
         fake[1].base_url,
         GS_TEST_LOG=str(tmp_path / "refunds.log"),
         GROUNDSWELL_DBOS_POLL_S="0.1",
-        GROUNDSWELL_DBOS_TAKEOVER_GRACE_S="1",
+        # No grace: a worker takes over the run of a process that left at once; no live
+        # process here ever loses its liveness lock.
+        GROUNDSWELL_DBOS_TAKEOVER_GRACE_S="0",
     )
     yield made
-    made.stop()
+    made.stop(kill=True)  # the processes are done with; a graceful stop only takes longer
 
 
 def start_and_leave(project: Project, flow: str, args: list[Any], run_id: str) -> list[Any]:
@@ -219,6 +221,29 @@ def start_and_leave(project: Project, flow: str, args: list[Any], run_id: str) -
     waits = project.run("-c", START, flow, json.dumps(args), run_id, timeout=90)
     assert time.monotonic() - began < 60  # it left while the run waits
     return list(waits)
+
+
+def join(project: Project, flow: str, args: list[Any], run_id: str) -> subprocess.Popen[str]:
+    """A process that waits for the run ``run_id`` and prints its result (`output`).
+
+    The run exists already, so the process only joins it, wherever it runs; it starts
+    up while the test goes on.
+    """
+    return project.start("-c", RESULT, flow, json.dumps(args), run_id)
+
+
+def listening(worker: subprocess.Popen[str]) -> None:
+    """Return once ``worker`` (started with ``wait=False``) listens."""
+    assert worker.stdout is not None
+    line = worker.stdout.readline()  # printed once the worker listens
+    assert line.startswith("worker "), line + (worker.stderr.read() if worker.stderr else "")
+
+
+def output(proc: subprocess.Popen[str]) -> Any:
+    """The JSON ``proc`` printed last, once it ended well."""
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err[-4000:]
+    return json.loads(out.strip().splitlines()[-1])
 
 
 def cli(project: Project, *args: str) -> subprocess.CompletedProcess[str]:
@@ -258,12 +283,14 @@ async def without_approval(order: str, amount: int) -> str:
 async def test_a_tool_call_decided_in_another_process_runs_once_where_a_worker_resumes_it(
     project: Project, how: str
 ) -> None:
-    worker = project.worker("refunds")
+    worker = project.worker("refunds", wait=False)  # starts up while the run starts
     (wait,) = start_and_leave(project, "refunds", ["A-1", 30], f"refund-{how}")
+    listening(worker)
     assert wait["kind"] == "approval" and wait["run_id"] == f"refund-{how}"
     assert wait["request"]["tool"] == "refund"
     assert wait["request"]["input"] == {"order": "A-1", "amount": 30}
     assert refunds_logged(project) == []  # nothing ran while it waited
+    joined = join(project, "refunds", ["A-1", 30], f"refund-{how}")
 
     if how == "approve":  # the Python API, in a process without the workflow's code
         decided = project.run("-c", DECIDE, "approve", wait["id"], "null")
@@ -280,7 +307,7 @@ async def test_a_tool_call_decided_in_another_process_runs_once_where_a_worker_r
         out = cli(project, "approve", wait["id"], "--input", edit, "--by", "ada")
         assert out.returncode == 0, out.stderr
 
-    result = project.run("-c", RESULT, "refunds", '["A-1", 30]', f"refund-{how}")
+    result = output(joined)
 
     assert result["status"] == "completed"
     ran = refunds_logged(project)
@@ -303,9 +330,10 @@ async def test_a_tool_call_decided_in_another_process_runs_once_where_a_worker_r
     assert node.payload["decision"] == ("reject" if how == "reject" else "approve")
     if how == "edit":
         assert call.payload["approved_input"] == {"order": "A-1", "amount": 10}
-    assert cli(project, "pending", "--json").stdout.strip() == "[]"
     # Decided once: a second decision is refused, naming how it closed.
-    again = project.run("-c", DECIDE, "approve", wait["id"], "null")
+    second = project.start("-c", DECIDE, "approve", wait["id"], "null")
+    assert cli(project, "pending", "--json").stdout.strip() == "[]"
+    again = output(second)
     assert again["error"] == "WaitClosed"
     assert "closed already" in again["message"]
 
@@ -313,8 +341,10 @@ async def test_a_tool_call_decided_in_another_process_runs_once_where_a_worker_r
 def test_a_question_is_answered_from_another_process_with_a_typed_answer(
     project: Project,
 ) -> None:
-    project.worker("release")
+    worker = project.worker("release", wait=False)  # starts up while the run starts
     (wait,) = start_and_leave(project, "release", ["billing"], "release-billing")
+    listening(worker)
+    joined = join(project, "release", ["billing"], "release-billing")
     assert wait["kind"] == "question"
     assert wait["request"]["question"] == "Which version of billing?"
     assert wait["request"]["schema"]["required"] == ["version", "notes"]
@@ -326,7 +356,7 @@ def test_a_question_is_answered_from_another_process_with_a_typed_answer(
     answer = json.dumps('{"version": "2.1", "notes": "faster invoices"}')  # JSON text, as a form
     assert project.run("-c", DECIDE, "answer", wait["id"], answer)["decision"] == "answer"
 
-    result = project.run("-c", RESULT, "release", '["billing"]', "release-billing")
+    result = output(joined)
 
     assert result["output"] == "released billing 2.1: faster invoices"
     tree = EventTree.from_json(result["tree"])
@@ -338,15 +368,17 @@ def test_a_question_is_answered_from_another_process_with_a_typed_answer(
 def test_the_ask_user_tool_is_answered_from_another_process_with_the_cli(
     project: Project,
 ) -> None:
-    project.worker("regions")
+    worker = project.worker("regions", wait=False)  # starts up while the run starts
     (wait,) = start_and_leave(project, "regions", [], "regions-1")
+    listening(worker)
+    joined = join(project, "regions", [], "regions-1")
     assert wait["kind"] == "question" and wait["agent"] == "asker"
     assert wait["request"]["question"] == "Which region?"
 
     out = cli(project, "answer", wait["id"], "--text", "eu", "--by", "ada")
     assert out.returncode == 0, out.stderr
 
-    result = project.run("-c", RESULT, "regions", "[]", "regions-1")
+    result = output(joined)
     assert result["output"] == "deploying to eu"
     tree = EventTree.from_json(result["tree"])
     (node,) = tree.find(type="wait")
@@ -380,9 +412,10 @@ def test_a_deadline_that_passed_while_no_process_ran_the_run_keeps_its_outcome(
         assert json.loads(out.strip().splitlines()[-1])["decision"] == "answer", err[-2000:]
     time.sleep(max(0.0, deadline - time.time()) + 0.5)
     resumed = time.time()
+    joined = join(project, "nightly", [], f"nightly-{answered}")
     project.worker("nightly")  # resumes the run after its deadline
 
-    result = project.run("-c", RESULT, "nightly", "[]", f"nightly-{answered}")
+    result = output(joined)
 
     tree = EventTree.from_json(result["tree"])
     (node,) = tree.find(type="wait")
