@@ -253,3 +253,13 @@ def recording_store(
     monkeypatch.delenv("GROUNDSWELL_HISTORY_URL", raising=False)
     monkeypatch.setenv("GROUNDSWELL_HOME", _SUITE_HOME)
     manager.refresh_sinks("history")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The files that hold slow tests first, each file's tests kept together and in order.
+
+    Parallel workers then start on the long tests and end on short ones, instead of
+    one worker finishing a file of slow tests alone while the other waits.
+    """
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_files)
