@@ -263,3 +263,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """
     slow_files = {item.path for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: item.path not in slow_files)
+
+
+@pytest.fixture(autouse=True)
+def _tool_result_backends_of_other_tests_forgotten() -> Iterator[None]:
+    """A backend a test sent tool results to (perhaps a deliberately broken one) is not
+    reached by a later test's ``clear_tool_cache()`` or ``invalidate()``."""
+    from groundswell.cache.tool_results import forget_backend, used_backends
+
+    before = {id(cache) for cache in used_backends()}
+    yield
+    for cache in used_backends():
+        if id(cache) not in before:
+            forget_backend(cache)

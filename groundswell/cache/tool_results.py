@@ -47,9 +47,11 @@ from .guard import Unavailable, guard_for, shown
 __all__ = [
     "cached_tool_call",
     "clear_tool_cache",
+    "forget_backend",
     "invalidate",
     "tool_cache_key",
     "tool_cache_stats",
+    "used_backends",
 ]
 
 #: Entries remembered per tool for ``size`` and ``evictions`` (the oldest are forgotten).
@@ -247,6 +249,23 @@ def tool_cache_stats() -> dict[str, dict[str, Any]]:
             }
             for tool, counts in _tool_stats.items()
         }
+
+
+def used_backends() -> list[Cache]:
+    """The backends this process's tool results went to (what `clear_tool_cache` reaches)."""
+    with _lock:
+        return list(_caches_by_id.values())
+
+
+def forget_backend(cache: Cache) -> None:
+    """Take ``cache`` out of what `invalidate` and `clear_tool_cache` reach: for a backend
+    the process no longer uses (one `groundswell.testing.check_cache_backend` checked)."""
+    with _lock:
+        _caches_by_id.pop(id(cache), None)
+        for used in _backends.values():
+            used.discard(id(cache))
+        for targets in _invalidation.values():
+            targets.difference_update({t for t in targets if t[0] == id(cache)})
 
 
 async def invalidate(event: str) -> int:

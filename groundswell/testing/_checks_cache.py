@@ -19,7 +19,7 @@ from ..cache.backends import (
     request_cache_key,
 )
 from ..cache.guard import shown
-from ..cache.tool_results import invalidate
+from ..cache.tool_results import forget_backend, invalidate
 from ..errors import GroundswellError
 from ..hookspecs import CacheBackend
 from ..prompt.prompt import Prompt, PromptOverrides
@@ -478,4 +478,7 @@ async def check_cache_backend(backend: Any, *, ttl: float = 0.5) -> None:
         await check.through_the_kernel()
     finally:
         await check.clean_up()
+        # The kernel remembers the backends tool results went to; a checked one (maybe
+        # broken) must not be reached by a later clear_tool_cache() in this process.
+        forget_backend(cache)
     findings.raise_any()
