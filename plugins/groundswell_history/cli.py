@@ -167,31 +167,15 @@ def configure_serve(parser: argparse.ArgumentParser) -> None:
         help="SQLAlchemy URL of the history store (default: GROUNDSWELL_HISTORY_URL, else "
         "~/.groundswell/history.db when it exists; without a store, no history API)",
     )
-    parser.add_argument(
-        "--host",
-        default="127.0.0.1",
-        help="address to listen on (127.0.0.1: this machine only; others need TLS in front)",
-    )
-    parser.add_argument("--port", type=_port, default=8765, help="port to listen on (8765)")
-    parser.add_argument(
-        "--log-level",
-        default="info",
-        choices=["critical", "error", "warning", "info", "debug"],
-        help="server log level (info)",
-    )
+    _server_options(parser, log_level="info")
     parser.set_defaults(func=_serve_all)
 
 
 def _serve_all(args: argparse.Namespace) -> int:
     serve = load_serve()
-    uvicorn = _uvicorn()
+    _uvicorn()  # missing: the extra to install, said before anything else
     _check_port(args.host, args.port)
-    store: HistoryStore | None = None
-    url = args.url or os.environ.get("GROUNDSWELL_HISTORY_URL")
-    if url:
-        store = _existing_store(url)
-    elif (groundswell_home() / "history.db").is_file():
-        store = _existing_store(default_url())
+    store = _store_if_any(args.url)
     try:
         app = serve.serve_app(store)
         _log_to_stderr(args.log_level)
@@ -207,14 +191,7 @@ def _serve_all(args: argparse.Namespace) -> int:
             file=sys.stderr,
             flush=True,
         )
-        if not serve.is_loopback(args.host):
-            print(
-                f"warning: listening on {args.host}, reachable from other machines: bearer "
-                "tokens cross the network in clear text unless TLS is in front",
-                file=sys.stderr,
-                flush=True,
-            )
-        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+        _run_server(serve, app, args)
     finally:
         if store is not None:
             store.close()
@@ -245,24 +222,13 @@ def configure_ui(parser: argparse.ArgumentParser) -> None:
         help="SQLAlchemy URL of a history store to serve its API too (default: "
         "GROUNDSWELL_HISTORY_URL, else ~/.groundswell/history.db when it exists)",
     )
-    parser.add_argument(
-        "--host",
-        default="127.0.0.1",
-        help="address to listen on (127.0.0.1: this machine only; others need TLS in front)",
-    )
-    parser.add_argument("--port", type=_port, default=8765, help="port to listen on (8765)")
-    parser.add_argument(
-        "--log-level",
-        default="warning",
-        choices=["critical", "error", "warning", "info", "debug"],
-        help="server log level (warning)",
-    )
+    _server_options(parser, log_level="warning")
     parser.set_defaults(func=_ui)
 
 
 def _ui(args: argparse.Namespace) -> int:
     serve = load_serve()
-    uvicorn = _uvicorn()
+    _uvicorn()  # missing: the extra to install, said before anything else
     from .auth import issue_operator_token
     from .ui_launch import load_workflow
 
@@ -274,12 +240,7 @@ def _ui(args: argparse.Namespace) -> int:
         )
     workflows = [load_workflow(target) for target in args.workflow]
     _check_port(args.host, args.port)
-    store: HistoryStore | None = None
-    url = args.url or os.environ.get("GROUNDSWELL_HISTORY_URL")
-    if url:
-        store = _existing_store(url)
-    elif (groundswell_home() / "history.db").is_file():
-        store = _existing_store(default_url())
+    store = _store_if_any(args.url)
     try:
         app = serve.serve_app(store, trace_dir=trace_dir, workflows=workflows)
         _log_to_stderr(args.log_level)
@@ -292,15 +253,47 @@ def _ui(args: argparse.Namespace) -> int:
             file=sys.stderr,
             flush=True,
         )
-        if not serve.is_loopback(args.host):
-            print(
-                f"warning: listening on {args.host}, reachable from other machines: bearer "
-                "tokens cross the network in clear text unless TLS is in front",
-                file=sys.stderr,
-                flush=True,
-            )
-        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+        _run_server(serve, app, args)
     finally:
         if store is not None:
             store.close()
     return 0
+
+
+def _server_options(parser: argparse.ArgumentParser, *, log_level: str) -> None:
+    """``--host``, ``--port`` and ``--log-level``, as ``serve`` and ``ui`` share them."""
+    parser.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (127.0.0.1: this machine only; others need TLS in front)",
+    )
+    parser.add_argument("--port", type=_port, default=8765, help="port to listen on (8765)")
+    parser.add_argument(
+        "--log-level",
+        default=log_level,
+        choices=["critical", "error", "warning", "info", "debug"],
+        help=f"server log level ({log_level})",
+    )
+
+
+def _store_if_any(url: str | None) -> HistoryStore | None:
+    """The store ``--url`` (else GROUNDSWELL_HISTORY_URL) names, else the default one when
+    it exists; ``None`` when there is none (no history API then)."""
+    url = url or os.environ.get("GROUNDSWELL_HISTORY_URL")
+    if url:
+        return _existing_store(url)
+    if (groundswell_home() / "history.db").is_file():
+        return _existing_store(default_url())
+    return None
+
+
+def _run_server(serve: Any, app: Any, args: argparse.Namespace) -> None:
+    """Serve ``app`` until stopped, warning first when the address is not this machine's."""
+    if not serve.is_loopback(args.host):
+        print(
+            f"warning: listening on {args.host}, reachable from other machines: bearer "
+            "tokens cross the network in clear text unless TLS is in front",
+            file=sys.stderr,
+            flush=True,
+        )
+    _uvicorn().run(app, host=args.host, port=args.port, log_level=args.log_level)
