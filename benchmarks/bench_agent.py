@@ -16,6 +16,7 @@ from typing import Any
 import anthropic
 import httpx2
 from _report import output_dir, write
+from anthropic.resources.messages.messages import AsyncMessages
 
 from groundswell import Agent, WorkflowContext, workflow
 from groundswell.testing import FakeAnthropicAPI, text
@@ -73,12 +74,25 @@ async def sequential(transport: str = "fake") -> dict[str, Any]:
     """Per-call latency, the three forms interleaved call by call so drift hits all alike.
 
     ``transport``: ``"fake"`` (the in-process fake API) or ``"canned"`` (`canned_client`).
+    ``framework_us`` is the step and prompt's time less the SDK's ``create`` inside it
+    (timed around the SDK's own method): the framework's own work, without the SDK's
+    variation from call to call.
     """
     client = fake().client(max_retries=0) if transport == "fake" else canned_client()
     agent = Agent(name="bench", client=client, max_tokens=16)
     raw: list[int] = []
     in_step: list[int] = []
     via_lambda: list[int] = []
+    framework: list[int] = []
+    creates: list[int] = []  # each SDK create's own time, raw or inside a prompt
+    sdk_create = AsyncMessages.create
+
+    async def timed_create(self: Any, *args: Any, **kwargs: Any) -> Any:
+        t0 = time.perf_counter_ns()
+        try:
+            return await sdk_create(self, *args, **kwargs)
+        finally:
+            creates.append(time.perf_counter_ns() - t0)
 
     @workflow(name="bench")
     async def flow(ctx: WorkflowContext) -> None:
@@ -98,14 +112,22 @@ async def sequential(transport: str = "fake") -> dict[str, Any]:
             raw.append(t1 - t0)
             in_step.append(t2 - t1)
             via_lambda.append(t3 - t2)
+            framework.append(t2 - t1 - creates[-2])  # the prompt's own create, one turn
 
-    for _ in range(ROUNDS):
-        await flow.run()
+    # The timer wraps the raw create as well, so it adds alike to both forms.
+    AsyncMessages.create = timed_create  # type: ignore[method-assign]
+    try:
+        for _ in range(ROUNDS):
+            await flow.run()
+    finally:
+        AsyncMessages.create = sdk_create  # type: ignore[method-assign]
     r, s, lam = (statistics.median(x) / 1000 for x in (raw, in_step, via_lambda))
     # The fastest call of each form: what the code costs with no interference from
     # the machine (the median moves with the load of everything else running).
     r_min, s_min = min(raw) / 1000, min(in_step) / 1000
     return {
+        "framework_us": round(statistics.median(framework) / 1000, 1),
+        "framework_min_us": round(min(framework) / 1000, 1),
         "calls": len(raw),
         "raw_create_us": round(r, 1),
         "agent_prompt_in_step_us": round(s, 1),

@@ -15,7 +15,9 @@ entry-point group, the defaults on); and over two transports: ``fake`` (each
 tree's own fake API, as the other benchmarks) and ``canned`` (one fixed reply at
 once, read by no fake: the framework's overhead alone, whatever each tree's fake
 does). Each cell has the median overhead and the overhead of the fastest calls
-(``overhead_min_us``), which stays put when the machine is busy. ``--count`` measures
+(``overhead_min_us``), which stays put when the machine is busy, and the framework's
+own time (``framework_us``: a step and prompt less the SDK's create inside it, the
+steadiest of the three, since the SDK's own time varies most from call to call). ``--count`` measures
 instead the Python bytecode instructions one warm prompt runs beyond a raw create
 (``bench_agent.counted``): exact, and the same however busy the machine is. Results go
 to ``DIR/compare_agent.json``.
@@ -102,6 +104,10 @@ def main() -> None:
             # Fastest calls: steady under load, where the medians move with the machine.
             "overhead_min_us": med("overhead_min_us"),
             "overhead_min_us_each_round": [r["overhead_min_us"] for r in runs[key]],
+            # The step and prompt less the SDK's create inside: no SDK variation in it.
+            "framework_us": med("framework_us"),
+            "framework_us_each_round": [r["framework_us"] for r in runs[key]],
+            "framework_min_us": med("framework_min_us"),
         }
 
     results: dict[str, Any] = {
@@ -117,6 +123,10 @@ def main() -> None:
             "overhead_change_us": round(after["overhead_us"] - before["overhead_us"], 1),
             "overhead_min_change_us": round(
                 after["overhead_min_us"] - before["overhead_min_us"], 1
+            ),
+            "framework_change_us": round(after["framework_us"] - before["framework_us"], 1),
+            "framework_min_change_us": round(
+                after["framework_min_us"] - before["framework_min_us"], 1
             ),
         }
     write(results, "compare_agent", args.output)

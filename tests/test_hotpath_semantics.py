@@ -321,3 +321,54 @@ async def test_agent_prompt_goes_through_an_overridden_or_patched_run() -> None:
 
     plain.run = patched  # type: ignore[method-assign]
     assert await plain.prompt("hi") == "ok" and seen == ["run"]
+
+
+class _SetsMetadata(groundswell.Middleware):
+    """Writes a request field into the prompt's settings, as skills and MCP layers do."""
+
+    name = "sets-metadata"
+
+    async def wrap_prompt(self, run: Any, call_next: Any) -> Any:
+        run.settings["metadata"] = {"user_id": "u-1"}
+        return await call_next()
+
+
+async def test_a_plain_call_sends_what_the_full_request_building_sends() -> None:
+    # A call that sets nothing of its own, with no middleware, takes the agent's settings
+    # as they are and skips reading each request field; what reaches the API must not
+    # change, nor may a middleware's write to the settings reach the agent or a later call.
+    fake = FakeAnthropicAPI(lambda request: text("ok"))
+    bare = groundswell.Agent(name="bare", client=fake.client(), max_tokens=32, system="Be brief.")
+    await bare.prompt("hi")
+    assert set(fake.requests[-1].body) == {"model", "max_tokens", "messages", "system"}
+    # The same agent's settings through the full path (a prompt override) send the same.
+    await bare.prompt("hi", groundswell.PromptOverrides(max_tokens=32))
+    assert fake.requests[-1].body == fake.requests[-2].body
+
+    # A field set on the agent is sent on a plain call too.
+    tuned = groundswell.Agent(name="tuned", client=fake.client(), temperature=0.2, top_k=5)
+    await tuned.prompt("hi")
+    assert fake.requests[-1].body["temperature"] == 0.2
+    assert fake.requests[-1].body["top_k"] == 5
+
+    layered = groundswell.Agent(name="layered", client=fake.client(), middleware=[_SetsMetadata()])
+    await layered.prompt("hi")
+    assert fake.requests[-1].body["metadata"] == {"user_id": "u-1"}
+    assert layered.config["metadata"] is None  # written to the attempt's copy only
+    await bare.prompt("hi")
+    assert "metadata" not in fake.requests[-1].body
+
+
+class _OuterSetsMetadata(_SetsMetadata):
+    """The same write, from outside the prompt node (before the attempt starts)."""
+
+    name = "outer-sets-metadata"
+    order = 150
+
+
+async def test_an_outer_layer_writing_settings_leaves_the_agent_as_it_was() -> None:
+    fake = FakeAnthropicAPI(lambda request: text("ok"))
+    agent = groundswell.Agent(name="outer", client=fake.client(), middleware=[_OuterSetsMetadata()])
+    await agent.prompt("hi")
+    assert fake.requests[-1].body["metadata"] == {"user_id": "u-1"}
+    assert agent.config["metadata"] is None

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, overload
 
 from ..errors import ConfigurationError
 from ..prompt.prompt import NO_OVERRIDES, Prompt, PromptOverrides
-from ..reflection import note_agent
+from ..reflection import agents_of
 from ..runtime.blocking import run_blocking
 from ..runtime.context import RunWatch, current_frame, current_watch, new_run_tree
 from ..tools.tool import DepsT
@@ -410,16 +410,24 @@ class Agent(AgentSettings[DepsT]):
         forced: Forced | None = forced_for(self)
         if forced is not None and forced.settings is not None:
             overrides = merge_overrides(overrides, forced.settings)
-        settings = self.settings_for(prompt, overrides)
+        plain = overrides is NO_OVERRIDES and not prompt.wins
+        # A call that sets nothing of its own runs on the agent's settings as they are
+        # (`settings_for` would copy them): each attempt works on a copy of its own
+        # when a middleware takes part (`PromptRun.begin_attempt`), and nothing else
+        # writes to them.
+        settings = self.config if plain else self.settings_for(prompt, overrides)
         client = forced.client if forced is not None and forced.client is not None else None
         if client is None:  # not `self.client` first: it would look the override up again
             client = self._client if self._client is not None else self.client
         outer = current_frame()
         workflow = None
-        plain = overrides is NO_OVERRIDES and not prompt.wins
         if outer is not None and outer.workflow is not None:
             workflow = outer.workflow
-            note_agent(outer.tree, self)  # step- and workflow-level reflection ask its model
+            # Step- and workflow-level reflection ask its model (`note_agent`, in one step).
+            prompted = workflow.prompted
+            if prompted is None:
+                prompted = workflow.prompted = agents_of(workflow.event_tree)
+            prompted[self.name] = self
             if workflow.batch is True and settings.get("batch") is None:
                 # The workflow's default, for a prompt that says nothing: a setting of its
                 # own, so the batch layer is chosen like any other (and once per agent).

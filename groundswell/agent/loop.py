@@ -14,7 +14,7 @@ import asyncio
 from collections.abc import Awaitable
 from typing import Any
 
-from ..budget.pricing import SPEND, cache_share, charge
+from ..budget.pricing import OPEN_SPEND, SPEND, cache_share, charge
 from ..cache.markers import auto_cache
 from ..errors import (
     ConfigurationError,
@@ -29,7 +29,7 @@ from ..scrubbing.serialize import MAX_ITEMS as _MAX_ITEMS
 from ..scrubbing.serialize import jsonable, jsonable_text
 from ..tree.node import own_metrics
 from ..tree.tree import NodeStatus, NodeType
-from .middleware import Layer, Layers
+from .middleware import NO_LAYERS, Layer, Layers
 from .names import UNNAMED, note_unnamed
 from .replies import (
     PLAIN,
@@ -58,6 +58,8 @@ def run_prompt(run: PromptRun, layers: Layers) -> Awaitable[PromptResult[Any]]:
     """
     if not layers.outer_prompt:
         return _attempt(run, layers)
+    if run.base_settings is run.agent.config:  # an outer layer may write to them: a copy
+        run.base_settings = run.settings = dict(run.base_settings)
     return _outer(run, layers)
 
 
@@ -169,7 +171,9 @@ async def _attempt(run: PromptRun, layers: Layers) -> PromptResult[Any]:
     metrics = own_metrics(node)
     if run.attempt is not None:
         metrics["attempt"] = run.attempt
-    run.begin_attempt(node)
+    # Settings only a middleware writes to: with none taking part, the attempt reads them
+    # where they are.
+    run.begin_attempt(node, copy_settings=layers is not NO_LAYERS)
     usage = run.usage
     token = enter_frame(tree, node, run.workflow, agent)
     try:
@@ -197,19 +201,15 @@ async def _attempt(run: PromptRun, layers: Layers) -> PromptResult[Any]:
     except BaseException as exc:
         if run.has_deferred:
             run.drop_deferred()
-        metrics["usage"] = usage
-        cache_share(metrics, usage)
+        metrics["usage"] = usage  # its prompt_cache_share is worked out when read
         _record_system(run)
         tree.end_node_after(node, exc)
         raise
     finally:
         reset_frame(token)
-    # Its cost is worked out from its model calls when read (`groundswell.tree.node`).
+    # Its cost, and the share of its input read from the prompt cache, are worked out
+    # when read (`groundswell.tree.node`).
     metrics["usage"] = usage
-    if usage.get("cache_read_input_tokens"):
-        cache_share(metrics, usage)
-    elif usage.get("input_tokens") or usage.get("cache_creation_input_tokens"):
-        metrics["prompt_cache_share"] = 0.0  # `cache_share`'s answer, without its call
     metrics["turns"] = result.turns
     if run.system:  # `_record_system`, inline on the way every prompt takes
         node.payload["system"] = jsonable(run.system)
@@ -258,7 +258,10 @@ async def _turns(run: PromptRun, layers: Layers) -> PromptResult[Any]:
         else:
             # Nothing stands between the model turn and here: its blocks (and text)
             # are the message's, so they are converted once, not twice.
-            message, content, text = await _model_turn(run, request)
+            # A bare request (`PromptRun.bare_request`) with no automatic caching is
+            # known not to need the beta namespace.
+            beta = False if auto is None and run.bare_request else None
+            message, content, text = await _model_turn(run, request, beta)
         stop = message.stop_reason
         if stop == "max_tokens" and cut_call(content) is not None:
             content = continue_after_cut(run, content)  # continue_on_max_tokens is on
@@ -329,8 +332,11 @@ async def model_turn(run: PromptRun, params: dict[str, Any]) -> Any:
     return (await _model_turn(run, params))[0]
 
 
-async def _model_turn(run: PromptRun, params: dict[str, Any]) -> tuple[Any, list[Any], str]:
-    """`model_turn`, also giving the reply's blocks as dicts and its text (for `_turns`)."""
+async def _model_turn(
+    run: PromptRun, params: dict[str, Any], beta: bool | None = None
+) -> tuple[Any, list[Any], str]:
+    """`model_turn`, also giving the reply's blocks as dicts and its text (for `_turns`);
+    ``beta`` as `call_model` takes it."""
     tree, parent, usage = run.tree, run.node, run.usage
     streaming = run.streaming
     model = str(params["model"])
@@ -384,13 +390,8 @@ async def _model_turn(run: PromptRun, params: dict[str, Any]) -> tuple[Any, list
             run.notify("retry_wait", f"The model API {answer}; retry {retry} in {seconds:.3g} s")
 
         try:
-            message = await call_model(
-                run.client,
-                params,
-                on_delta,
-                max_wait=max_wait,
-                on_wait=waited,
-            )
+            # Positional: a call with keywords costs more, on every model turn.
+            message = await call_model(run.client, params, on_delta, max_wait, waited, beta)
         except asyncio.CancelledError:
             tree.end_node(node, NodeStatus.CANCELLED)
             raise
@@ -431,9 +432,11 @@ async def _model_turn(run: PromptRun, params: dict[str, Any]) -> tuple[Any, list
         turn_usage = _turn_usage(reported, usage)
         metrics = own_metrics(node)
         metrics["usage"] = turn_usage
-        # Priced now if a dollar budget counts it (or it wrote to the cache), else when read.
+        # Priced now if a dollar budget counts it (or it wrote to the cache), else when read;
+        # the context is read only while some dollar budget is open at all.
         if turn_usage and (
-            SPEND.get() is not None or turn_usage.get("cache_creation_input_tokens")
+            (OPEN_SPEND.count and SPEND.get() is not None)
+            or turn_usage.get("cache_creation_input_tokens")
         ):
             charge(node, model, turn_usage, reported)
         metrics["attempt"] = attempt
@@ -442,23 +445,32 @@ async def _model_turn(run: PromptRun, params: dict[str, Any]) -> tuple[Any, list
         # The blocks as recorded: `jsonable` of each, but a plain text block's only
         # content is its text (its two keys and "text" are shorter than any secret).
         recorded: list[Any] = []
+        scrubbed: str | None = None  # the last plain text block's text, as recorded
         for b in content:
             kind = b["type"]
             if kind == "text":
                 texts.append(b["text"])
                 if len(b) == 2:
-                    recorded.append({"type": "text", "text": jsonable_text(b["text"])})
+                    scrubbed = jsonable_text(b["text"])
+                    recorded.append({"type": "text", "text": scrubbed})
                     continue
             elif kind == "tool_use":
                 tool_calls.append(b["name"])
             recorded.append(jsonable(b, 2))  # as deep as inside the response's content
-        text = texts[0] if len(texts) == 1 else "".join(texts)
+        if len(texts) == 1:
+            text = texts[0]
+            # The one plain text block, whole in the preview: recorded already.
+            if scrubbed is None or len(text) > _PREVIEW:
+                scrubbed = jsonable_text(text[:_PREVIEW])
+        else:
+            text = "".join(texts)
+            scrubbed = jsonable_text(text[:_PREVIEW])
         node.payload["response"] = {
             # The API's own ids and names: plain strings, nothing to scrub.
             "id": str(message.id),
             "model": str(message.model),
             "stop_reason": message.stop_reason,
-            "text": jsonable_text(text[:_PREVIEW]),
+            "text": scrubbed,
             "tool_calls": tool_calls,
             # The whole answer, so a saved run can be replayed offline
             # (groundswell.testing.FakeAnthropicAPI.from_trace); as the dicts

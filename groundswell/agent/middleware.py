@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "NODE_ORDER",
+    "NO_LAYERS",
     "Layer",
     "Layers",
     "Middleware",
@@ -151,7 +152,7 @@ _chains: dict[tuple[Layer, ...], Layers] = {}
 
 def _split(layers: Sequence[Layer]) -> Layers:
     if not layers:  # the usual prompt: no middleware takes part
-        return _NONE
+        return NO_LAYERS
     key = tuple(layers)
     known = _chains.get(key)
     if known is not None:
@@ -174,7 +175,8 @@ def _split(layers: Sequence[Layer]) -> Layers:
     return made
 
 
-_NONE = Layers((), (), (), (), ())
+#: The layers of a prompt no middleware takes part in (always this one object).
+NO_LAYERS = Layers((), (), (), (), ())
 
 
 # -- resolving names and instances -------------------------------------------------

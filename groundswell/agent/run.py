@@ -213,6 +213,7 @@ class PromptRun:
     """
 
     __slots__ = (
+        "_bare",
         "_caught_up",
         "_continuation",
         "_deferred",
@@ -270,6 +271,7 @@ class PromptRun:
         self._emit = emit
         self._caught_up = caught_up
         self._node: EventNode | None = None
+        self._bare = False  # `begin_attempt`: the request is the agent's, untouched
         self.messages: list[dict[str, Any]] = []
         #: The earlier conversation (``message_history``) sent before ``messages``; a
         #: token budget may drop turns of it (for this attempt: each starts from all of it).
@@ -336,7 +338,14 @@ class PromptRun:
             tools=self.tools.definitions,
             system=self.system,
             response_format=self.prompt.response_format,
+            bare=self._bare,
         )
+
+    @property
+    def bare_request(self) -> bool:
+        """True when `request` sends only the model, max_tokens, messages, system and tools:
+        the agent's own settings, no middleware taking part, no ``response_format``."""
+        return self._bare and self.prompt.response_format is None
 
     def add_system(self, section: str) -> None:
         """Append ``section`` to the system prompt (text or content blocks) of this attempt."""
@@ -391,8 +400,12 @@ class PromptRun:
 
     # -- for the loop ---------------------------------------------------------------
 
-    def begin_attempt(self, node: EventNode) -> None:
-        """Start an attempt under ``node``: fresh settings, usage and conversation state."""
+    def begin_attempt(self, node: EventNode, *, copy_settings: bool = True) -> None:
+        """Start an attempt under ``node``: fresh settings, usage and conversation state.
+
+        ``copy_settings=False`` (no middleware takes part, so nothing writes to them)
+        reads ``base_settings`` where they are instead of copying them.
+        """
         if self._node is not None:  # a retry: nothing of the failed attempt carries over
             self.usage = {}
             self.messages = []
@@ -402,7 +415,13 @@ class PromptRun:
             if self._given_history:
                 self.history = list(self._given_history)
         self._node = node
-        self.settings = dict(self.base_settings)
+        if copy_settings:
+            self.settings = dict(self.base_settings)
+            self._bare = False
+        else:
+            self.settings = self.base_settings
+            agent = self.agent
+            self._bare = self.settings is agent.config and agent.bare_request
         self.system = self.settings.get("system")
 
     def pop_continuation(self) -> tuple[str, str] | None:

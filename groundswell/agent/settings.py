@@ -15,6 +15,7 @@ from ..hooks.runner import check_hooks
 from ..mcp.bridge import check_mcps
 from ..mcp.client import Elicitation, check_elicitation_handler
 from ..mcp.config import register_mcp_secrets
+from ..model.requests import build_request
 from ..model.settings_check import check_flag, check_settings
 from ..plugins.manager import get_plugin_manager
 from ..prompt.context_providers import check_context
@@ -173,6 +174,13 @@ class AgentSettings(Generic[DepsT]):
         }
         if token_budget is not None and token_budget.input_limit(max_tokens) <= 0:
             raise token_budget.no_room(max_tokens, owner)
+        #: True when these settings send no request field beyond the model, max_tokens,
+        #: system and tools (most agents): a call that sets nothing of its own, with no
+        #: middleware, then sends those without reading every field again on each model
+        #: turn (`PromptRun.bare_request`).
+        self.bare_request: bool = set(
+            build_request(self.config, [], tools=(), system=None, response_format=None)
+        ) == {"model", "max_tokens", "messages"}
         for value in self.config["env"].values():
             register_secret(str(value))
         register_mcp_secrets(self.config["mcps"])

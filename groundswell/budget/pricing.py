@@ -32,6 +32,7 @@ from ..tree.node import EventNode, cache_share, metrics_of, own_metrics, payload
 
 __all__ = [
     "BATCH_DISCOUNT",
+    "OPEN_SPEND",
     "SPEND",
     "DollarLimits",
     "Price",
@@ -267,6 +268,25 @@ _spend: ContextVar[Spend | None] = ContextVar("groundswell_spend", default=None)
 SPEND = _spend
 
 
+class _OpenScopes:
+    """How many dollar-budget scopes are open in the process: with none, no context has a
+    `Spend`, and the agent loop skips reading `SPEND` on every model turn."""
+
+    __slots__ = ("count", "lock")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.lock = threading.Lock()  # scopes open and close in worker threads too
+
+    def add(self, change: int) -> None:
+        with self.lock:
+            self.count += change
+
+
+#: ``OPEN_SPEND.count`` is 0 when no `Spend` is set anywhere (`enter_spend`, `leave_spend`).
+OPEN_SPEND = _OpenScopes()
+
+
 def current_spend(budget: Any = None) -> Spend | None:
     """The innermost spend scope, or (given ``budget``) the one that budget started."""
     spend = _spend.get()
@@ -280,12 +300,16 @@ def current_spend(budget: Any = None) -> Spend | None:
 def enter_spend(budget: Any, where: str) -> Token[Spend | None]:
     """Start counting spend for ``budget``, set on a ``where`` (inside the current scope);
     see `leave_spend`."""
+    OPEN_SPEND.add(1)
     return _spend.set(Spend(budget, where, _spend.get()))
 
 
 def leave_spend(token: Token[Spend | None]) -> None:
     """End the scope `enter_spend` started."""
-    _spend.reset(token)
+    try:
+        _spend.reset(token)
+    finally:
+        OPEN_SPEND.add(-1)
 
 
 class DollarLimits:

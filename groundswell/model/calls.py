@@ -109,9 +109,9 @@ async def call_model(
     client: anthropic.AsyncAnthropic,
     params: dict[str, Any],
     on_delta: Callable[[str, str], None] | None = None,
-    *,
     max_wait: float | None = None,
     on_wait: Callable[[float, int | None, int], None] | None = None,
+    beta: bool | None = None,
 ) -> Any:
     """One model round trip; streams when ``on_delta(kind, text)`` is given.
 
@@ -119,6 +119,7 @@ async def call_model(
     most ``max_wait`` seconds (None: `DEFAULT_MAX_RETRY_WAIT`) for a ``Retry-After``
     (`groundswell.model.retries`);
     ``on_wait(seconds, status, retry)`` hears of each wait before it starts.
+    ``beta`` says whether ``params`` go to the SDK's beta namespace (None: `uses_beta`).
     """
     if len(_LOGGERS) != _sdk_logs.known:  # loggers made since (the transport's): filtered too
         _sdk_logs.install()
@@ -128,7 +129,9 @@ async def call_model(
         sender = without_sdk_retries(client)
         if sender is None:  # a client that runs its own retries
             sender, retries = client, 0
-    api: Any = sender.beta.messages if uses_beta(params) else sender.messages
+    if beta is None:
+        beta = uses_beta(params)
+    api: Any = sender.beta.messages if beta else sender.messages
     taken = 0
     while True:
         try:

@@ -11,10 +11,13 @@ only the beta request type has use the SDK's beta namespace.
 
 from __future__ import annotations
 
+import dataclasses
+import operator
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .output_types import output_type
+from .request_settings import RequestSettings
 
 __all__ = ["build_request", "uses_beta"]
 
@@ -28,8 +31,12 @@ def build_request(
     tools: Sequence[Mapping[str, Any]],
     system: Any,
     response_format: Any,
+    bare: bool = False,
 ) -> dict[str, Any]:
     """The keyword arguments for ``messages.create`` (see `uses_beta`).
+
+    ``bare=True`` says ``settings`` are known to set nothing beyond the model,
+    max_tokens, system and tools (an agent's, checked once when it was made).
 
     ``settings`` holds the request fields by their API names: every field of
     the installed SDK's request types that is set is sent as it is
@@ -46,6 +53,18 @@ def build_request(
         params["system"] = system
     if tools:
         params["tools"] = list(tools)
+    if response_format is None:
+        if bare:
+            return params
+        # The usual request sets none of the other fields: an agent's settings hold each
+        # `RequestSettings` field (None when unset), so one C call reads them all, and
+        # the SDK's fields without a keyword of their own are in it only when set.
+        read = _reader or _load_reader()
+        try:
+            if read.unset(settings) and settings.keys().isdisjoint(read.others):
+                return params
+        except KeyError:  # not an agent's settings (each field read below instead)
+            pass
     # One lookup per field (this runs for every model turn), and no extra_body
     # dict unless something goes in it.
     get = settings.get
@@ -91,6 +110,35 @@ def build_request(
 _passthrough: tuple[str, ...] = ()
 
 
+class _Reader:
+    """How `build_request` tells, in two C calls, that settings set no other field."""
+
+    __slots__ = ("others", "read")
+
+    def __init__(self, keyed: Sequence[str], others: frozenset[str]) -> None:
+        self.read = operator.itemgetter(*keyed)
+        #: The request fields an agent's settings hold only when they are set.
+        self.others = others
+
+    def unset(self, settings: Mapping[str, Any]) -> bool:
+        """True when every keyed field is None (KeyError: ``settings`` lacks one)."""
+        values: tuple[Any, ...] = self.read(settings)
+        return values.count(None) == len(values)
+
+
+_reader: _Reader | None = None
+
+
+def _load_reader() -> _Reader:
+    global _reader
+    keyed = {f.name for f in dataclasses.fields(RequestSettings)}
+    # Everything build_request reads beyond model, max_tokens, system and tools.
+    read = {*(_passthrough or _load_passthrough()), *SAMPLING_FIELDS}
+    read |= {"extra_headers", "extra_body", "output_config", "effort", "betas"}
+    _reader = _Reader(sorted(read & keyed), frozenset(read - keyed))
+    return _reader
+
+
 def _load_passthrough() -> tuple[str, ...]:
     global _passthrough
     from .request_fields import passthrough_fields
@@ -102,17 +150,22 @@ def _load_passthrough() -> tuple[str, ...]:
 def uses_beta(params: Mapping[str, Any]) -> bool:
     """True when a request needs the SDK's beta namespace: ``betas``, remote MCP servers,
     or a field only the beta request type has."""
+    # One C call for the usual request, which has none of these keys at all.
+    if params.keys().isdisjoint(_beta_keys or _load_beta_keys()):
+        return False
     if params.get("betas") or params.get("mcp_servers"):
         return True
-    return not (_beta_only or _load_beta_only()).isdisjoint(params)
+    return not _beta_only.isdisjoint(params)
 
 
-_beta_only: frozenset[str] = frozenset()
+_beta_only: frozenset[str] = frozenset()  # the fields only the beta request type has
+_beta_keys: frozenset[str] = frozenset()  # those, and the two that also send a request there
 
 
-def _load_beta_only() -> frozenset[str]:
-    global _beta_only
+def _load_beta_keys() -> frozenset[str]:
+    global _beta_only, _beta_keys
     from .request_fields import beta_only
 
     _beta_only = beta_only()
-    return _beta_only
+    _beta_keys = _beta_only | {"betas", "mcp_servers"}
+    return _beta_keys

@@ -349,7 +349,7 @@ def own_metrics(node: EventNode) -> dict[str, Any]:
 def _add_sums(node: EventNode, metrics: dict[str, Any] | None) -> None:
     """Put in ``node``'s metrics (``metrics``, else its own, made if need be) what its
     model calls cost (``cost_usd``) and, for a step or workflow, used (``usage``,
-    ``prompt_cache_share``).
+    ``prompt_cache_share``); a prompt's own ``prompt_cache_share`` too.
 
     Worked out when read, not as each call ends: a run nobody reads them from (no
     sink watching, no budget in dollars) never prices a call nor makes a dict per
@@ -377,6 +377,12 @@ def _add_sums(node: EventNode, metrics: dict[str, Any] | None) -> None:
         usage = sums.get("usage")
         if usage and usage.get("cache_read_input_tokens"):  # else the share is 0: left out
             cache_share(metrics, usage)
+    if kind is _PROMPT:  # the share of its own input, once its usage is recorded
+        own = metrics if metrics is not None else node._metrics
+        if own is not None and "prompt_cache_share" not in own:
+            usage = own.get("usage")
+            if usage:
+                cache_share(own, usage)
     if ended:
         node._summed = True
 

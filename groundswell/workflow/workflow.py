@@ -93,6 +93,7 @@ class WorkflowContext(Steps):
         "engine",
         "node",
         "parent_workflow_id",
+        "prompted",
         "reflection",
         "state",
         "workflow",
@@ -118,6 +119,9 @@ class WorkflowContext(Steps):
         #: Whether agent prompts in this run send their model calls through the Message
         #: Batches API when they do not say (``@workflow(batch=...)``, else the outer run's).
         self.batch: bool | None = workflow.batch
+        #: The agents that prompted in this run's tree, by name, which reflection asks
+        #: (`groundswell.reflection.agents_of`); kept from the first prompt on.
+        self.prompted: dict[str, Any] | None = None
         #: Reflection settings and history of this run (see `ReflectionAPI`).
         self.reflection = ReflectionAPI(workflow.reflection, node.id, self)
         # Steps made (``ctx.step(...)`` called) but not started yet, by a key of their
