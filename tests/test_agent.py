@@ -147,12 +147,22 @@ async def test_multi_turn_tools_with_schema_from_signature_and_docstring() -> No
 
 
 async def test_parallel_tool_calls_run_concurrently() -> None:
-    calls = tool_calls(*(("slow_upper", {"word": w}) for w in ["a", "b", "c", "d"]))
+    calls = tool_calls(*(("gated_upper", {"word": w}) for w in ["a", "b", "c", "d"]))
     fake = FakeAnthropicAPI([calls, text("done")])
-    loop = asyncio.get_running_loop()
-    started = loop.time()
-    await agent_for(fake, tools=[slow_upper]).prompt("shout")
-    assert loop.time() - started < 0.15  # four 50 ms tools, run together
+    running: set[str] = set()
+    all_in = asyncio.Event()
+
+    async def gated_upper(word: str) -> str:
+        """Upper-case a word once all four calls are running at the same time."""
+        running.add(word)
+        if len(running) == 4:
+            all_in.set()
+        # Calls run one after another would wait here forever (bounded by the timeout).
+        await asyncio.wait_for(all_in.wait(), timeout=10)
+        return word.upper()
+
+    await agent_for(fake, tools=[gated_upper]).prompt("shout")
+    assert running == {"a", "b", "c", "d"}
     assert [r["content"] for r in fake.requests[1].tool_results()] == ["A", "B", "C", "D"]
 
 

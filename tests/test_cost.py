@@ -443,6 +443,25 @@ async def test_max_usd_stops_a_workflow_before_the_turn_that_would_pass_it() -> 
     assert_costs_add_up(result.tree)
 
 
+async def test_max_usd_holds_for_a_task_that_outlives_the_block_that_set_it() -> None:
+    # The task keeps the block's budget (use_budget's promise) after the block has ended,
+    # when no other dollar budget is open anywhere in the process.
+    fake = endless()
+    agent = Agent(name="late", model=MODEL, tools=[lookup], client=fake.client(), max_turns=50)
+    start = asyncio.Event()
+
+    async def later() -> str:
+        await start.wait()
+        return await agent.prompt("go on forever")
+
+    with groundswell.use_budget(TokenBudget(max_usd=1.8 * TURN_COST)):
+        task = asyncio.create_task(later())
+    start.set()
+    with pytest.raises(TokenBudgetExceeded, match="max_usd"):
+        await task
+    assert len(fake.requests) == 2
+
+
 async def test_max_usd_on_an_agent_holds_for_each_prompt() -> None:
     fake = endless()
     agent = Agent(

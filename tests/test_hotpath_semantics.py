@@ -372,3 +372,38 @@ async def test_an_outer_layer_writing_settings_leaves_the_agent_as_it_was() -> N
     await agent.prompt("hi")
     assert fake.requests[-1].body["metadata"] == {"user_id": "u-1"}
     assert agent.config["metadata"] is None
+
+
+class _WritesInActive(groundswell.Middleware):
+    """Changes the settings while deciding whether to take part: not allowed."""
+
+    name = "writes-in-active"
+
+    def active(self, run: Any) -> bool:
+        run.settings["temperature"] = 0.9
+        return False
+
+
+@pytest.mark.parametrize("overrides", [None, groundswell.PromptOverrides(max_tokens=16)])
+async def test_a_write_to_the_settings_in_active_fails_naming_the_middleware(
+    overrides: Any,
+) -> None:
+    # On a plain call the settings are the agent's own: a write there would change every
+    # later call. It is refused on every call alike, with what to do instead.
+    fake = FakeAnthropicAPI(lambda request: text("ok"))
+    agent = groundswell.Agent(name="a", client=fake.client(), middleware=[_WritesInActive()])
+    with pytest.raises(groundswell.PluginError, match=r"'writes-in-active'.*wrap_prompt") as caught:
+        await agent.prompt("hi", overrides)
+    assert caught.value.plugin == "writes-in-active"
+    assert agent.config["temperature"] is None and not fake.requests
+
+
+class _Cooler(groundswell.Agent):
+    def settings_for(self, prompt: Any, overrides: Any) -> dict[str, Any]:
+        return {**super().settings_for(prompt, overrides), "temperature": 0.7}
+
+
+async def test_a_subclass_settings_for_counts_on_a_plain_call_too() -> None:
+    fake = FakeAnthropicAPI(lambda request: text("ok"))
+    await _Cooler(name="cool", client=fake.client()).prompt("hi")
+    assert fake.requests[-1].body["temperature"] == 0.7

@@ -12,13 +12,20 @@ import asyncio
 import contextlib
 import weakref
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, overload
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias, TypeVar, overload
 
 from ..errors import ConfigurationError
 from ..prompt.prompt import NO_OVERRIDES, Prompt, PromptOverrides
 from ..reflection import agents_of
 from ..runtime.blocking import run_blocking
-from ..runtime.context import RunWatch, current_frame, current_watch, new_run_tree
+from ..runtime.context import (
+    LIVE_WATCHES,
+    RunWatch,
+    current_frame,
+    current_watch,
+    new_run_tree,
+)
 from ..tools.tool import DepsT
 from .checks import NO_LOOP, deps_error, make_client, overrides_error
 from .loop import run_prompt
@@ -107,6 +114,13 @@ class Agent(AgentSettings[DepsT]):
     _middleware: tuple[Layer, ...]
     _client: anthropic.AsyncAnthropic | None
     _made: weakref.WeakKeyDictionary[Any, anthropic.AsyncAnthropic]
+    _config_view: Mapping[str, Any]
+    #: False for a subclass that overrides `settings_for`: its plain calls go through it.
+    _stock_settings_for: ClassVar[bool] = True
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._stock_settings_for = cls.settings_for is Agent.settings_for
 
     @property
     def client(self) -> anthropic.AsyncAnthropic:
@@ -411,11 +425,14 @@ class Agent(AgentSettings[DepsT]):
         if forced is not None and forced.settings is not None:
             overrides = merge_overrides(overrides, forced.settings)
         plain = overrides is NO_OVERRIDES and not prompt.wins
-        # A call that sets nothing of its own runs on the agent's settings as they are
-        # (`settings_for` would copy them): each attempt works on a copy of its own
-        # when a middleware takes part (`PromptRun.begin_attempt`), and nothing else
-        # writes to them.
-        settings = self.config if plain else self.settings_for(prompt, overrides)
+        if plain and self._stock_settings_for:
+            # A call that sets nothing of its own runs on the agent's settings as they are
+            # (`settings_for` would copy them): each attempt works on a copy of its own
+            # when a middleware takes part (`PromptRun.begin_attempt`), and nothing else
+            # writes to them (`active()` sees them read-only, below).
+            settings = self.config
+        else:  # through `settings_for`, so a subclass that overrides it counts
+            settings = self.settings_for(prompt, overrides)
         client = forced.client if forced is not None and forced.client is not None else None
         if client is None:  # not `self.client` first: it would look the override up again
             client = self._client if self._client is not None else self.client
@@ -433,7 +450,7 @@ class Agent(AgentSettings[DepsT]):
                 # own, so the batch layer is chosen like any other (and once per agent).
                 settings = {**settings, "batch": True}
                 plain = False
-        watch = current_watch() if emit is None else None
+        watch = current_watch() if emit is None and LIVE_WATCHES else None
         if watch is not None:  # a relayed run (AG-UI): every prompt streams to the watch
             emit = _watched_emit(watch, lambda: run, settings)
         run = PromptRun(
@@ -449,6 +466,11 @@ class Agent(AgentSettings[DepsT]):
             deps=deps,
             caught_up=caught_up,
         )
+        # A middleware's active() reads the settings, and may not change them (on a call that
+        # sets nothing of its own they are the agent's): a read-only view until the prompt
+        # runs (`run_prompt`, `PromptRun.begin_attempt`), where a write fails naming it.
+        view = self._config_view if settings is self.config else MappingProxyType(settings)
+        run.settings = view  # type: ignore[assignment]  # (a cast() would cost a call)
         if not history:
             if plain:
                 return run_prompt(run, layers_for(run, self._plain_candidates(run)))

@@ -14,7 +14,7 @@ import asyncio
 from collections.abc import Awaitable
 from typing import Any
 
-from ..budget.pricing import OPEN_SPEND, SPEND, cache_share, charge
+from ..budget.pricing import LIVE_SPENDS, SPEND, cache_share, charge
 from ..cache.markers import auto_cache
 from ..errors import (
     ConfigurationError,
@@ -59,7 +59,8 @@ def run_prompt(run: PromptRun, layers: Layers) -> Awaitable[PromptResult[Any]]:
     if not layers.outer_prompt:
         return _attempt(run, layers)
     if run.base_settings is run.agent.config:  # an outer layer may write to them: a copy
-        run.base_settings = run.settings = dict(run.base_settings)
+        run.base_settings = dict(run.base_settings)
+    run.settings = run.base_settings  # no longer the read-only view active() had
     return _outer(run, layers)
 
 
@@ -433,9 +434,9 @@ async def _model_turn(
         metrics = own_metrics(node)
         metrics["usage"] = turn_usage
         # Priced now if a dollar budget counts it (or it wrote to the cache), else when read;
-        # the context is read only while some dollar budget is open at all.
+        # the context is read only while some dollar budget exists at all.
         if turn_usage and (
-            (OPEN_SPEND.count and SPEND.get() is not None)
+            (LIVE_SPENDS and SPEND.get() is not None)
             or turn_usage.get("cache_creation_input_tokens")
         ):
             charge(node, model, turn_usage, reported)

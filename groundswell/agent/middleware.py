@@ -379,6 +379,14 @@ def _active(run: PromptRun, candidates: Sequence[Layer]) -> list[Layer]:
         except GroundswellError:
             raise
         except Exception as exc:
+            # Typed as a dict for the seams that write; here a read-only view (`Agent._execute`).
+            if isinstance(exc, TypeError) and type(run.settings) is not dict:
+                raise PluginError(
+                    f"agent middleware {layer.name!r}: active() changed run.settings, which "
+                    "it may only read (on a call that sets nothing of its own they are the "
+                    "agent's); change them in wrap_prompt instead",
+                    plugin=layer.name,
+                ) from exc
             raise PluginError(
                 f"agent middleware {layer.name!r} failed in active(): {type(exc).__name__}: {exc}",
                 plugin=layer.name,

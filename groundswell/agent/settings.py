@@ -6,7 +6,7 @@ import inspect
 import os
 import weakref
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Generic
+from typing import TYPE_CHECKING, Any, Generic, NoReturn
 
 from ..budget.token_budget import TokenBudget, check_budget, check_retention
 from ..cache.backends import Cache, ToolCachePolicy
@@ -33,10 +33,23 @@ from .overrides import check_client
 if TYPE_CHECKING:  # the SDK is imported when a client is made (`make_client`), not here
     import anthropic
 
-__all__ = ["DEFAULT_MODEL", "AgentSettings"]
+__all__ = ["DEFAULT_MODEL", "AgentSettings", "ReadOnlySettings"]
 
 # claude-sonnet-4-5 reaches end-of-life on 2026-11-30 (the SDK warns); 4-6 is current.
 DEFAULT_MODEL = os.environ.get("GROUNDSWELL_MODEL", "claude-sonnet-4-6")
+
+
+class ReadOnlySettings(dict[str, Any]):
+    """Settings a middleware's ``active()`` may read but not change: a dict's reads, at a
+    dict's speed, and a `TypeError` for every write (`Agent._execute`)."""
+
+    __slots__ = ()
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> NoReturn:
+        raise TypeError("run.settings are read-only here")
+
+    __setitem__ = __delitem__ = update = pop = popitem = setdefault = clear = _refuse
+    __ior__ = _refuse
 
 
 class AgentSettings(Generic[DepsT]):
@@ -174,6 +187,9 @@ class AgentSettings(Generic[DepsT]):
         }
         if token_budget is not None and token_budget.input_limit(max_tokens) <= 0:
             raise token_budget.no_room(max_tokens, owner)
+        # ``config`` read-only: what a middleware's active() reads as ``run.settings`` on a
+        # call that sets nothing of its own (`Agent._execute`).
+        self._config_view: Mapping[str, Any] = ReadOnlySettings(self.config)
         #: True when these settings send no request field beyond the model, max_tokens,
         #: system and tools (most agents): a call that sets nothing of its own, with no
         #: middleware, then sends those without reading every field again on each model

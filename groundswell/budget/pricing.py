@@ -32,7 +32,7 @@ from ..tree.node import EventNode, cache_share, metrics_of, own_metrics, payload
 
 __all__ = [
     "BATCH_DISCOUNT",
-    "OPEN_SPEND",
+    "LIVE_SPENDS",
     "SPEND",
     "DollarLimits",
     "Price",
@@ -243,6 +243,12 @@ def usage_cost(price: Price, usage: Mapping[str, int], reported: Any = None) -> 
     return cost
 
 
+#: The ids of the `Spend` objects alive. While there are none, no context anywhere can
+#: hold one (a task outliving its scope keeps its `Spend` alive, and so counted), and the
+#: agent loop skips reading `SPEND` on every model turn. Set operations are atomic.
+LIVE_SPENDS: set[int] = set()
+
+
 class Spend:
     """What the model calls inside one budget's scope have cost so far.
 
@@ -260,31 +266,17 @@ class Spend:
         self.usd = 0.0
         self.unpriced: set[str] = set()
         self.warned = False
+        LIVE_SPENDS.add(id(self))
+
+    # The set is bound here: at interpreter exit the module's globals may be gone first.
+    def __del__(self, _live: set[int] = LIVE_SPENDS) -> None:
+        _live.discard(id(self))  # gone from every context: none can read it any more
 
 
 _spend: ContextVar[Spend | None] = ContextVar("groundswell_spend", default=None)
 #: The dollar budgets counting here (``SPEND.get()`` is None when none is): read by the
 #: agent loop before it calls `charge`, which a call with no budget and no cache write skips.
 SPEND = _spend
-
-
-class _OpenScopes:
-    """How many dollar-budget scopes are open in the process: with none, no context has a
-    `Spend`, and the agent loop skips reading `SPEND` on every model turn."""
-
-    __slots__ = ("count", "lock")
-
-    def __init__(self) -> None:
-        self.count = 0
-        self.lock = threading.Lock()  # scopes open and close in worker threads too
-
-    def add(self, change: int) -> None:
-        with self.lock:
-            self.count += change
-
-
-#: ``OPEN_SPEND.count`` is 0 when no `Spend` is set anywhere (`enter_spend`, `leave_spend`).
-OPEN_SPEND = _OpenScopes()
 
 
 def current_spend(budget: Any = None) -> Spend | None:
@@ -300,16 +292,12 @@ def current_spend(budget: Any = None) -> Spend | None:
 def enter_spend(budget: Any, where: str) -> Token[Spend | None]:
     """Start counting spend for ``budget``, set on a ``where`` (inside the current scope);
     see `leave_spend`."""
-    OPEN_SPEND.add(1)
     return _spend.set(Spend(budget, where, _spend.get()))
 
 
 def leave_spend(token: Token[Spend | None]) -> None:
     """End the scope `enter_spend` started."""
-    try:
-        _spend.reset(token)
-    finally:
-        OPEN_SPEND.add(-1)
+    _spend.reset(token)
 
 
 class DollarLimits:

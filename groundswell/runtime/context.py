@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from ..workflow.workflow import WorkflowContext
 
 __all__ = [
+    "LIVE_WATCHES",
     "Frame",
     "RunWatch",
     "current_agent",
@@ -122,6 +123,11 @@ def record_event(type: str, **data: Any) -> dict[str, Any] | None:
     return frame.tree.add_event(frame.node, type, **data)
 
 
+#: The ids of the `RunWatch` objects alive. With none, no context can hold one, and a
+#: prompt or run skips reading the context variable. Set operations are atomic.
+LIVE_WATCHES: set[int] = set()
+
+
 @dataclass(slots=True)
 class RunWatch:
     """A live observer of the runs started in one context (`watch_runs`), on the run's thread.
@@ -137,6 +143,13 @@ class RunWatch:
     on_event: Callable[[Event], None]
     on_stream: Callable[[Any, Any], None] | None = None
     state: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        LIVE_WATCHES.add(id(self))
+
+    # The set is bound here: at interpreter exit the module's globals may be gone first.
+    def __del__(self, _live: set[int] = LIVE_WATCHES) -> None:
+        _live.discard(id(self))
 
 
 _watch: ContextVar[RunWatch | None] = ContextVar("groundswell_watch", default=None)
@@ -187,7 +200,7 @@ def new_run_tree() -> EventTree:
     """
     tree = EventTree()
     deliver = get_plugin_manager().sink_hub().run_delivery()
-    watch = _watch.get()
+    watch = _watch.get() if LIVE_WATCHES else None
     if watch is not None:
         tree.dispatch_to(_Watched(deliver, watch))
     elif deliver is not None:
