@@ -440,7 +440,7 @@ class Agent(AgentSettings[DepsT]):
         workflow = None
         if outer is not None and outer.workflow is not None:
             workflow = outer.workflow
-            # Step- and workflow-level reflection ask its model (`note_agent`, in one step).
+            # Step- and workflow-level reflection ask its model (`agents_of`).
             prompted = workflow.prompted
             if prompted is None:
                 prompted = workflow.prompted = agents_of(workflow.event_tree)

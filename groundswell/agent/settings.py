@@ -33,13 +33,13 @@ from .overrides import check_client
 if TYPE_CHECKING:  # the SDK is imported when a client is made (`make_client`), not here
     import anthropic
 
-__all__ = ["DEFAULT_MODEL", "AgentSettings", "ReadOnlySettings"]
+__all__ = ["DEFAULT_MODEL", "AgentSettings"]
 
 # claude-sonnet-4-5 reaches end-of-life on 2026-11-30 (the SDK warns); 4-6 is current.
 DEFAULT_MODEL = os.environ.get("GROUNDSWELL_MODEL", "claude-sonnet-4-6")
 
 
-class ReadOnlySettings(dict[str, Any]):
+class _ReadOnlySettings(dict[str, Any]):
     """Settings a middleware's ``active()`` may read but not change: a dict's reads, at a
     dict's speed, and a `TypeError` for every write (`Agent._execute`)."""
 
@@ -189,7 +189,7 @@ class AgentSettings(Generic[DepsT]):
             raise token_budget.no_room(max_tokens, owner)
         # ``config`` read-only: what a middleware's active() reads as ``run.settings`` on a
         # call that sets nothing of its own (`Agent._execute`).
-        self._config_view: Mapping[str, Any] = ReadOnlySettings(self.config)
+        self._config_view: Mapping[str, Any] = _ReadOnlySettings(self.config)
         #: True when these settings send no request field beyond the model, max_tokens,
         #: system and tools (most agents): a call that sets nothing of its own, with no
         #: middleware, then sends those without reading every field again on each model

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .output_types import output_type
@@ -59,12 +59,13 @@ def build_request(
         # The usual request sets none of the other fields: an agent's settings hold each
         # `RequestSettings` field (None when unset), so one C call reads them all, and
         # the SDK's fields without a keyword of their own are in it only when set.
-        read = _reader or _load_reader()
+        read, others = _reader or _load_reader()
         try:
-            if read.unset(settings) and settings.keys().isdisjoint(read.others):
-                return params
+            values: tuple[Any, ...] = read(settings)
         except KeyError:  # not an agent's settings (each field read below instead)
-            pass
+            values = (True,)
+        if values.count(None) == len(values) and settings.keys().isdisjoint(others):
+            return params
     # One lookup per field (this runs for every model turn), and no extra_body
     # dict unless something goes in it.
     get = settings.get
@@ -110,32 +111,19 @@ def build_request(
 _passthrough: tuple[str, ...] = ()
 
 
-class _Reader:
-    """How `build_request` tells, in two C calls, that settings set no other field."""
-
-    __slots__ = ("others", "read")
-
-    def __init__(self, keyed: Sequence[str], others: frozenset[str]) -> None:
-        self.read = operator.itemgetter(*keyed)
-        #: The request fields an agent's settings hold only when they are set.
-        self.others = others
-
-    def unset(self, settings: Mapping[str, Any]) -> bool:
-        """True when every keyed field is None (KeyError: ``settings`` lacks one)."""
-        values: tuple[Any, ...] = self.read(settings)
-        return values.count(None) == len(values)
+# How `build_request` tells, in two C calls, that settings set no other field: a getter
+# of every `RequestSettings` field it reads (KeyError: not an agent's settings), and the
+# request fields an agent's settings hold only when they are set.
+_reader: tuple[Callable[[Mapping[str, Any]], Any], frozenset[str]] | None = None
 
 
-_reader: _Reader | None = None
-
-
-def _load_reader() -> _Reader:
+def _load_reader() -> tuple[Callable[[Mapping[str, Any]], Any], frozenset[str]]:
     global _reader
     keyed = {f.name for f in dataclasses.fields(RequestSettings)}
     # Everything build_request reads beyond model, max_tokens, system and tools.
     read = {*(_passthrough or _load_passthrough()), *SAMPLING_FIELDS}
     read |= {"extra_headers", "extra_body", "output_config", "effort", "betas"}
-    _reader = _Reader(sorted(read & keyed), frozenset(read - keyed))
+    _reader = (operator.itemgetter(*sorted(read & keyed)), frozenset(read - keyed))
     return _reader
 
 

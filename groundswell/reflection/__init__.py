@@ -26,7 +26,7 @@ default middleware that reflects on a failed prompt).
 
 from __future__ import annotations
 
-from .agents import agent_behind, agents_of, note_agent
+from .agents import agent_behind, agents_of
 from .api import SWITCH, ReflectionAPI, ReflectionRequested, workflow_reflection_on
 from .loop import retry_step, retry_with_reflection
 from .records import (
@@ -62,7 +62,6 @@ __all__ = [
     "gave_up_on",
     "is_recoverable",
     "mark_given_up",
-    "note_agent",
     "reflect_once",
     "register_reflection_strategies",
     "replace_entry",

@@ -18,7 +18,7 @@ from ..tree.tree import EventNode, EventTree, NodeType
 if TYPE_CHECKING:
     from ..agent import Agent
 
-__all__ = ["agent_behind", "agents_of", "note_agent"]
+__all__ = ["agent_behind", "agents_of"]
 
 # Per run tree (by id, dropped with the tree: trees compare by value, so they
 # cannot be weak keys), the agents that prompted in it, by name; the newest
@@ -28,17 +28,9 @@ _seen: dict[int, dict[str, Agent]] = {}
 _lock = threading.Lock()  # prompts of one run may start in worker threads
 
 
-def note_agent(tree: EventTree, agent: Agent) -> None:
-    """Remember that ``agent`` prompts in ``tree`` (called as each prompt in a workflow starts)."""
-    agents_of(tree)[agent.name] = agent
-
-
 def agents_of(tree: EventTree) -> dict[str, Agent]:
-    """The agents noted in ``tree``, by name: the dict `note_agent` writes to.
-
-    A workflow run keeps it (``WorkflowContext.prompted``), so each prompt inside
-    notes its agent with one assignment.
-    """
+    """The agents that prompted in ``tree``, by name: each prompt in a workflow notes its
+    agent here as it starts (through ``WorkflowContext.prompted``, which keeps this dict)."""
     agents = _seen.get(id(tree))
     if agents is None:
         with _lock:
