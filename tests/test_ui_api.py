@@ -241,8 +241,10 @@ async def test_a_run_of_the_ui_process_shows_cache_hits_and_reflection_attempts_
     assert result.tree.root is not None
     run_id = result.tree.root.id
     deadline = time.monotonic() + 10
+    # The live sink and the trace folder's writer take the events on threads of their
+    # own: the trace may be complete first, and the live copy wins once it has it all.
     while (answer := await ui.get(f"/api/runs/{run_id}")).status_code != 200 or (
-        answer.json()["status"] != "completed"
+        answer.json()["status"] != "completed" or answer.json()["source"] != "live"
     ):
         assert time.monotonic() < deadline, answer.text
         await asyncio.sleep(0.02)
